@@ -1,0 +1,63 @@
+"""Authentication plugin arithmetic (PROTOCOL.md 2.3, 2.4): scrambles in, tokens out."""
+
+from __future__ import annotations
+
+import hashlib
+
+NATIVE_PASSWORD = "mysql_native_password"
+CACHING_SHA2_PASSWORD = "caching_sha2_password"
+
+
+def _xor(left: bytes, right: bytes) -> bytes:
+    return bytes(a ^ b for a, b in zip(left, right))
+
+
+def native_password_token(password: bytes, scramble: bytes) -> bytes:
+    """SHA1(pw) XOR SHA1(scramble || SHA1(SHA1(pw))); empty password gives an empty token."""
+    if not password:
+        return b""
+    stage1 = hashlib.sha1(password).digest()
+    stage2 = hashlib.sha1(stage1).digest()
+    return _xor(stage1, hashlib.sha1(scramble[:20] + stage2).digest())
+
+
+def native_password_check(token: bytes, scramble: bytes, stored_hash: bytes) -> bool:
+    """Server side: ``stored_hash`` is SHA1(SHA1(pw)) (b"" for an account without password)."""
+    if not stored_hash:
+        return token == b""
+    if len(token) != 20:
+        return False
+    stage1 = _xor(token, hashlib.sha1(scramble[:20] + stored_hash).digest())
+    return hashlib.sha1(stage1).digest() == stored_hash
+
+
+def caching_sha2_token(password: bytes, scramble: bytes) -> bytes:
+    """SHA256(pw) XOR SHA256(SHA256(SHA256(pw)) || scramble)."""
+    if not password:
+        return b""
+    stage1 = hashlib.sha256(password).digest()
+    stage2 = hashlib.sha256(stage1).digest()
+    return _xor(stage1, hashlib.sha256(stage2 + scramble[:20]).digest())
+
+
+def caching_sha2_check(token: bytes, scramble: bytes, stored_sha2_hash: bytes) -> bool:
+    """Server side: ``stored_sha2_hash`` is SHA256(SHA256(pw))."""
+    if not stored_sha2_hash:
+        return token == b""
+    if len(token) != 32:
+        return False
+    stage1 = _xor(token, hashlib.sha256(stored_sha2_hash + scramble[:20]).digest())
+    return hashlib.sha256(stage1).digest() == stored_sha2_hash
+
+
+def rsa_encrypt_password(password: bytes, scramble: bytes, public_key_pem: bytes) -> bytes:
+    """caching_sha2_password full authentication without TLS: RSA-OAEP(SHA-1) of the
+    NUL-terminated password XORed with the scramble repeated."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    plain = password + b"\x00"
+    mask = (scramble[:20] * (len(plain) // 20 + 1))[: len(plain)]
+    key = serialization.load_pem_public_key(public_key_pem)
+    oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
+    return key.encrypt(_xor(plain, mask), oaep)  # type: ignore[union-attr]

@@ -1,0 +1,114 @@
+"""Connection-phase packets (PROTOCOL.md 2): the greeting and the client's handshake response."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .packets import ProtocolError, lenenc_str, parse_err, read_nul_str
+
+CLIENT_LONG_PASSWORD = 1
+CLIENT_LONG_FLAG = 1 << 2
+CLIENT_CONNECT_WITH_DB = 1 << 3
+CLIENT_PROTOCOL_41 = 1 << 9
+CLIENT_SSL = 1 << 11
+CLIENT_TRANSACTIONS = 1 << 13
+CLIENT_SECURE_CONNECTION = 1 << 15
+CLIENT_MULTI_RESULTS = 1 << 17
+CLIENT_PLUGIN_AUTH = 1 << 19
+CLIENT_CONNECT_ATTRS = 1 << 20
+CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA = 1 << 21
+CLIENT_DEPRECATE_EOF = 1 << 24
+
+CHARSET_UTF8MB4_GENERAL_CI = 45
+MAX_PACKET_SIZE = 1 << 30
+
+
+@dataclass(frozen=True)
+class Greeting:
+    protocol_version: int
+    server_version: str
+    connection_id: int
+    scramble: bytes
+    capabilities: int
+    charset: int
+    status: int
+    auth_plugin: str
+
+    @property
+    def is_mariadb(self) -> bool:
+        return "mariadb" in self.server_version.lower()
+
+
+def parse_greeting(payload: memoryview | bytes) -> Greeting:
+    data = bytes(payload)
+    if not data:
+        raise ProtocolError("empty greeting")
+    if data[0] == 0xFF:
+        raise parse_err(data)
+    if data[0] != 10:
+        raise ProtocolError(f"unsupported handshake protocol version {data[0]}")
+    try:
+        version, pos = read_nul_str(data, 1)
+        connection_id = struct.unpack_from("<I", data, pos)[0]
+        scramble = data[pos + 4 : pos + 12]
+        pos += 13
+        caps_low, charset, status, caps_high, auth_len = struct.unpack_from("<HBHHB", data, pos)
+        pos += 8 + 10
+        capabilities = caps_low | (caps_high << 16)
+        plugin = ""
+        if capabilities & CLIENT_SECURE_CONNECTION:
+            part2_len = max(13, auth_len - 8)
+            scramble += data[pos : pos + part2_len].rstrip(b"\x00")
+            pos += part2_len
+        if capabilities & CLIENT_PLUGIN_AUTH and pos < len(data):
+            plugin_raw = data[pos:].split(b"\x00", 1)[0]
+            plugin = plugin_raw.decode("ascii", "replace")
+    except (struct.error, IndexError) as exc:
+        raise ProtocolError(f"truncated greeting: {exc}") from None
+    return Greeting(10, version.decode("utf-8", "replace"), connection_id, scramble,
+                    capabilities, charset, status, plugin)
+
+
+def build_ssl_request(capabilities: int) -> bytes:
+    return struct.pack("<IIB23x", capabilities | CLIENT_SSL, MAX_PACKET_SIZE, CHARSET_UTF8MB4_GENERAL_CI)
+
+
+def build_handshake_response(capabilities: int, user: str, auth_token: bytes, auth_plugin: str,
+                             database: str | None = None) -> bytes:
+    if database:
+        capabilities |= CLIENT_CONNECT_WITH_DB
+    parts = [
+        struct.pack("<IIB23x", capabilities, MAX_PACKET_SIZE, CHARSET_UTF8MB4_GENERAL_CI),
+        user.encode("utf-8") + b"\x00",
+        lenenc_str(auth_token),
+    ]
+    if database:
+        parts.append(database.encode("utf-8") + b"\x00")
+    parts.append(auth_plugin.encode("ascii") + b"\x00")
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class AuthSwitchRequest:
+    plugin: str
+    data: bytes
+
+
+def parse_auth_switch(payload: memoryview | bytes) -> AuthSwitchRequest:
+    data = bytes(payload)
+    if len(data) < 2:
+        raise ProtocolError("server asked for the old pre-4.1 authentication, which is not supported")
+    plugin, pos = read_nul_str(data, 1)
+    scramble = data[pos:]
+    if scramble.endswith(b"\x00"):
+        scramble = scramble[:-1]
+    return AuthSwitchRequest(plugin.decode("ascii", "replace"), scramble)
+
+
+def client_capabilities() -> int:
+    """What the relay asks for as a client: no DEPRECATE_EOF, compression or session tracking."""
+    return (CLIENT_LONG_PASSWORD | CLIENT_LONG_FLAG | CLIENT_PROTOCOL_41 | CLIENT_TRANSACTIONS
+            | CLIENT_SECURE_CONNECTION | CLIENT_MULTI_RESULTS | CLIENT_PLUGIN_AUTH
+            | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
+

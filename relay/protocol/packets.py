@@ -1,0 +1,248 @@
+"""MySQL packet framing and the generic OK / ERR / EOF packets (PROTOCOL.md 1).
+
+A packet is ``len u24 LE | seq u8 | payload``.  A payload of 0xFFFFFF bytes or more
+is cut into 0xFFFFFF-byte chunks, and a message whose length is an exact multiple of
+0xFFFFFF is closed by an empty chunk.  Everything here works on bytes only.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAX_CHUNK = 0xFFFFFF
+
+_U16 = struct.Struct("<H")
+_U24_SEQ = struct.Struct("<HBB")  # low u16, high u8, seq
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that do not follow the MySQL protocol."""
+
+
+@dataclass(frozen=True)
+class ServerError(Exception):
+    """An ERR packet: the peer refused what we asked."""
+
+    code: int
+    sqlstate: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"ERROR {self.code} ({self.sqlstate}): {self.message}"
+
+
+@dataclass(frozen=True)
+class OkPacket:
+    affected_rows: int
+    last_insert_id: int
+    status: int
+    warnings: int
+    info: bytes
+
+
+# ---------------------------------------------------------------- lenenc integers
+
+
+def lenenc_int(value: int) -> bytes:
+    if value < 0xFB:
+        return bytes((value,))
+    if value <= 0xFFFF:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value <= 0xFFFFFF:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
+
+
+def lenenc_str(value: bytes) -> bytes:
+    return lenenc_int(len(value)) + value
+
+
+def read_lenenc_int(data: bytes | memoryview, pos: int) -> tuple[int | None, int]:
+    """Returns (value, next position); value is None for the NULL marker 0xFB."""
+    try:
+        first = data[pos]
+        if first < 0xFB:
+            return first, pos + 1
+        if first == 0xFB:
+            return None, pos + 1
+        width = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+        if width is None or pos + 1 + width > len(data):
+            raise ProtocolError(f"bad length-encoded integer at offset {pos}")
+        return int.from_bytes(data[pos + 1 : pos + 1 + width], "little"), pos + 1 + width
+    except IndexError:
+        raise ProtocolError(f"length-encoded integer runs past the packet at offset {pos}") from None
+
+
+def read_lenenc_str(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    length, pos = read_lenenc_int(data, pos)
+    if length is None:
+        return None, pos
+    if pos + length > len(data):
+        raise ProtocolError(f"length-encoded string runs past the packet at offset {pos}")
+    return bytes(data[pos : pos + length]), pos + length
+
+
+def read_nul_str(data: bytes | memoryview, pos: int) -> tuple[bytes, int]:
+    raw = bytes(data[pos:])
+    end = raw.find(b"\x00")
+    if end < 0:
+        raise ProtocolError(f"string at offset {pos} has no terminating NUL")
+    return raw[:end], pos + end + 1
+
+
+# ---------------------------------------------------------------- framing
+
+
+def frame(payload: bytes | memoryview, seq: int) -> tuple[bytes, int]:
+    """Frame one message; returns (bytes to send, next sequence id)."""
+    size = len(payload)
+    if size < MAX_CHUNK:
+        return size.to_bytes(3, "little") + bytes((seq,)) + bytes(payload), (seq + 1) & 0xFF
+    parts = []
+    offset = 0
+    while True:
+        chunk = payload[offset : offset + MAX_CHUNK]
+        parts.append(len(chunk).to_bytes(3, "little") + bytes((seq,)))
+        parts.append(bytes(chunk))
+        seq = (seq + 1) & 0xFF
+        offset += len(chunk)
+        if len(chunk) < MAX_CHUNK:
+            return b"".join(parts), seq
+
+
+class PacketReader:
+    """Splits a byte stream into logical packets (continuation chunks joined).
+
+    Bytes arrive in chunks of any size.  The reader keeps one contiguous ``bytes``
+    buffer and joins later chunks only once a packet needs them, so a 20 MB packet
+    arriving in 64 KB reads costs one join, not hundreds.
+    """
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._pos = 0
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+        self.next_seq = 0  # the sequence id the next chunk must carry
+        self.check_seq = True
+
+    def feed(self, data: bytes) -> None:
+        if data:
+            self._pending.append(data)
+            self._pending_size += len(data)
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf) - self._pos + self._pending_size
+
+    def _ensure(self, needed: int) -> bool:
+        """Make at least ``needed`` bytes contiguous from the current position."""
+        available = len(self._buf) - self._pos
+        if available >= needed:
+            return True
+        if available + self._pending_size < needed:
+            return False
+        self._buf = b"".join([self._buf[self._pos :], *self._pending])
+        self._pos = 0
+        self._pending.clear()
+        self._pending_size = 0
+        return True
+
+    def next_packet(self) -> memoryview | None:
+        """The next complete logical packet's payload, or None if more bytes are needed."""
+        if not self._ensure(4):
+            return None
+        low, high, seq = _U24_SEQ.unpack_from(self._buf, self._pos)
+        length = low | (high << 16)
+        if length == MAX_CHUNK:
+            return self._next_multi_chunk_packet()
+        if not self._ensure(4 + length):
+            return None
+        self._check_seq(seq)
+        start = self._pos + 4
+        self._pos = start + length
+        return memoryview(self._buf)[start : self._pos]
+
+    def _next_multi_chunk_packet(self) -> memoryview | None:
+        # Walk the chunk headers without consuming until the whole message is here.
+        total_needed = 0
+        offset = 0
+        seqs = []
+        while True:
+            if not self._ensure(offset + 4):
+                return None
+            low, high, seq = _U24_SEQ.unpack_from(self._buf, self._pos + offset)
+            length = low | (high << 16)
+            seqs.append(seq)
+            offset += 4 + length
+            total_needed += length
+            if not self._ensure(offset):
+                return None
+            if length < MAX_CHUNK:
+                break
+        parts = []
+        pos = self._pos
+        for seq in seqs:
+            self._check_seq(seq)
+            low, high, _ = _U24_SEQ.unpack_from(self._buf, pos)
+            length = low | (high << 16)
+            parts.append(self._buf[pos + 4 : pos + 4 + length])
+            pos += 4 + length
+        self._pos = pos
+        return memoryview(b"".join(parts))
+
+    def _check_seq(self, seq: int) -> None:
+        if self.check_seq and seq != self.next_seq:
+            raise ProtocolError(f"packet sequence number wrong: got {seq}, expected {self.next_seq}")
+        self.next_seq = (seq + 1) & 0xFF
+
+
+# ---------------------------------------------------------------- generic replies
+
+
+def is_ok(payload: bytes | memoryview) -> bool:
+    return len(payload) >= 7 and payload[0] == 0x00
+
+
+def is_err(payload: bytes | memoryview) -> bool:
+    return len(payload) >= 3 and payload[0] == 0xFF
+
+
+def is_eof(payload: bytes | memoryview) -> bool:
+    return len(payload) < 9 and payload[0] == 0xFE
+
+
+def parse_ok(payload: bytes | memoryview) -> OkPacket:
+    affected, pos = read_lenenc_int(payload, 1)
+    insert_id, pos = read_lenenc_int(payload, pos)
+    if pos + 4 > len(payload):
+        raise ProtocolError("OK packet too short")
+    status, warnings = struct.unpack_from("<HH", payload, pos)
+    return OkPacket(affected or 0, insert_id or 0, status, warnings, bytes(payload[pos + 4 :]))
+
+
+def parse_err(payload: bytes | memoryview) -> ServerError:
+    if len(payload) < 3 or payload[0] != 0xFF:
+        raise ProtocolError("not an ERR packet")
+    code = _U16.unpack_from(payload, 1)[0]
+    rest = bytes(payload[3:])
+    sqlstate = "HY000"
+    if rest[:1] == b"#" and len(rest) >= 6:
+        sqlstate = rest[1:6].decode("ascii", "replace")
+        rest = rest[6:]
+    return ServerError(code, sqlstate, rest.decode("utf-8", "replace"))
+
+
+def build_ok(affected_rows: int = 0, last_insert_id: int = 0, status: int = 0x0002,
+             warnings: int = 0, info: bytes = b"") -> bytes:
+    return (b"\x00" + lenenc_int(affected_rows) + lenenc_int(last_insert_id)
+            + struct.pack("<HH", status, warnings) + info)
+
+
+def build_err(code: int, message: str, sqlstate: str = "HY000") -> bytes:
+    return b"\xff" + _U16.pack(code) + b"#" + sqlstate.encode("ascii") + message.encode("utf-8")
+
+
+def build_eof(warnings: int = 0, status: int = 0x0002) -> bytes:
+    return b"\xfe" + struct.pack("<HH", warnings, status)

@@ -1,0 +1,103 @@
+"""Text result sets (PROTOCOL.md 1.4): parsing on the client side, building on the server side."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from .packets import ProtocolError, build_eof, is_eof, lenenc_int, lenenc_str, read_lenenc_int, read_lenenc_str
+
+TYPE_VAR_STRING = 0xFD
+TYPE_LONGLONG = 0x08
+CHARSET_UTF8 = 33
+CHARSET_BINARY = 63
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str | None, ...], ...]
+
+    def dicts(self) -> list[dict[str, str | None]]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+
+class ResultSetParser:
+    """Collects the packets of one text result set; ``add`` returns True when complete."""
+
+    def __init__(self, column_count: int) -> None:
+        self._column_count = column_count
+        self._columns: list[str] = []
+        self._rows: list[tuple[str | None, ...]] = []
+        self._phase = "columns"
+
+    def add(self, payload: memoryview) -> bool:
+        if self._phase == "columns":
+            if len(self._columns) < self._column_count:
+                self._columns.append(_column_name(payload))
+                return False
+            if not is_eof(payload):
+                raise ProtocolError("expected EOF after column definitions")
+            self._phase = "rows"
+            return False
+        if is_eof(payload):
+            return True
+        self._rows.append(_row_values(payload, self._column_count))
+        return False
+
+    def result(self) -> ResultSet:
+        return ResultSet(tuple(self._columns), tuple(self._rows))
+
+
+def _column_name(payload: memoryview) -> str:
+    pos = 0
+    name = b""
+    for _ in range(5):  # catalog, schema, table, org_table, name
+        name, pos = read_lenenc_str(payload, pos)
+    return (name or b"").decode("utf-8", "replace")
+
+
+def _row_values(payload: memoryview, count: int) -> tuple[str | None, ...]:
+    values = []
+    pos = 0
+    for _ in range(count):
+        raw, pos = read_lenenc_str(payload, pos)
+        values.append(None if raw is None else raw.decode("utf-8", "replace"))
+    return tuple(values)
+
+
+def column_count(payload: memoryview) -> int:
+    count, _ = read_lenenc_int(payload, 0)
+    if not count:
+        raise ProtocolError("result set with no columns")
+    return count
+
+
+def build_column(name: str, column_type: int = TYPE_VAR_STRING, charset: int = CHARSET_UTF8,
+                 length: int = 1024) -> bytes:
+    encoded = name.encode("utf-8")
+    return (lenenc_str(b"def") + lenenc_str(b"") + lenenc_str(b"") + lenenc_str(b"")
+            + lenenc_str(encoded) + lenenc_str(encoded) + b"\x0c"
+            + struct.pack("<HIBHB", charset, length, column_type, 0, 0) + b"\x00\x00")
+
+
+def build_row(values: tuple[object, ...] | list[object]) -> bytes:
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append(b"\xfb")
+        else:
+            raw = value if isinstance(value, bytes) else str(value).encode("utf-8")
+            parts.append(lenenc_str(raw))
+    return b"".join(parts)
+
+
+def build_result_set(columns: list[str] | tuple[str, ...],
+                     rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...]) -> list[bytes]:
+    """Payloads of a complete text result set (to be framed with consecutive seq ids)."""
+    payloads = [lenenc_int(len(columns))]
+    payloads.extend(build_column(name) for name in columns)
+    payloads.append(build_eof())
+    payloads.extend(build_row(row) for row in rows)
+    payloads.append(build_eof())
+    return payloads

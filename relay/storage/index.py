@@ -1,0 +1,34 @@
+"""The binlog index file, in the primary's format: one "./<name>" line per file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .files import DataDirError, atomic_write
+
+INDEX_NAME = "binlog.index"
+_BINLOG_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.[0-9]{6,}$")
+
+
+def valid_binlog_name(name: str) -> bool:
+    return bool(_BINLOG_NAME.match(name))
+
+
+def read_index(data_dir: Path) -> list[str]:
+    path = data_dir / INDEX_NAME
+    if not path.exists():
+        return []
+    names = []
+    for line_no, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+        if not line.strip():
+            break  # the server stops at the first empty line too
+        name = Path(line.strip()).name
+        if not valid_binlog_name(name):
+            raise DataDirError(f"{path}:{line_no}: {line!r} is not a binlog file name")
+        names.append(name)
+    return names
+
+
+def write_index(data_dir: Path, names: list[str]) -> None:
+    atomic_write(data_dir / INDEX_NAME, "".join(f"./{name}\n" for name in names).encode("utf-8"))

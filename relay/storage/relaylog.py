@@ -1,0 +1,285 @@
+"""The relay log on disk: the primary's binlog files, mirrored byte for byte.
+
+Events are appended as they arrive, so a 2 GB transaction never sits in memory, but the
+*committed end* (what readers may see) moves only at event-group ends, and with
+``sync: commit`` only after an fsync.  On start, the tail past the last group end is
+cut off: ingest resumes from there (DESIGN.md decisions 1-3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+import trio
+
+from ..binlog import events as ev
+from ..binlog.groups import GroupTracker
+from ..binlog.stream import ResumePoint, Segment
+from .files import DataDirError, DataDirLock, fsync_dir
+from .index import read_index, write_index
+from .scan import iter_events
+from .state import Checkpoint, RelayState, read_state, write_state
+
+log = logging.getLogger(__name__)
+
+SYNC_POLICIES = ("commit", "interval", "none")
+_IOV_MAX = 1024
+
+
+class RelayLog:
+    def __init__(self, data_dir: Path | str, sync: str = "commit", sync_interval: float = 0.1,
+                 checkpoint_interval: float = 5.0) -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"storage.sync must be one of {', '.join(SYNC_POLICIES)}, got {sync!r}")
+        self.data_dir = Path(data_dir)
+        self.sync = sync
+        self._sync_interval = sync_interval
+        self._checkpoint_interval = checkpoint_interval
+        self._lock = DataDirLock(self.data_dir)
+        self.state = RelayState()
+        self.files: list[str] = []
+        self.committed: tuple[str, int] | None = None  # what readers may read up to
+        self._last_event_start = 4
+        self._pending_commit: tuple[str, int, int] | None = None
+        self._fd: int | None = None
+        self._write_pos = 0
+        self._durable_pos = 0  # fsynced prefix of the current file
+        self._last_sync = time.monotonic()
+        self._last_checkpoint = time.monotonic()
+        self._commit_event = trio.Event()
+        self.fsync_seconds: list[float] = []  # drained by metrics
+        self.bytes_written = 0
+
+    # ------------------------------------------------------------ open / recover / close
+
+    def open(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            self.state = read_state(self.data_dir)
+            self.files = read_index(self.data_dir)
+            if self.files:
+                self._recover()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            self._discard_uncommitted()
+            self._fsync()
+            self._write_checkpoint()
+            os.close(self._fd)
+            self._fd = None
+        self._lock.release()
+
+    def _recover(self) -> None:
+        for name in self.files[:-1]:
+            if not self.path(name).exists():
+                raise DataDirError(f"{self.path(name)} is listed in the index but missing")
+        name = self.files[-1]
+        path = self.path(name)
+        if not path.exists() or path.stat().st_size < len(ev.BINLOG_MAGIC):
+            self._create_file(name)
+        else:
+            with open(path, "rb") as stream:
+                if stream.read(4) != ev.BINLOG_MAGIC:
+                    raise DataDirError(f"{path} is not a binlog file (bad magic number)")
+            self._fd = os.open(path, os.O_RDWR)
+        size = path.stat().st_size
+        end, last_start = self._scan_tail(name, size)
+        if end < size:
+            log.warning("recovery: cutting %d bytes of an incomplete event group from %s (kept up to %d)",
+                        size - end, name, end)
+            os.ftruncate(self._fd, end)  # type: ignore[arg-type]
+            os.fsync(self._fd)  # type: ignore[arg-type]
+        os.lseek(self._fd, end, os.SEEK_SET)  # type: ignore[arg-type]
+        self._write_pos = self._durable_pos = end
+        self._last_event_start = last_start
+        self.committed = (name, end)
+
+    def _scan_tail(self, name: str, size: int) -> tuple[int, int]:
+        """The last sound group end at or after the checkpoint, and the start of the event
+        ending there.  A torn or corrupt event ends the scan."""
+        checkpoint = self.state.checkpoint
+        if checkpoint and checkpoint.file == name and checkpoint.position <= size:
+            end, last_start = checkpoint.position, checkpoint.last_event_start
+        else:
+            end, last_start = 4, 4
+        tracker = GroupTracker()
+        with open(self.path(name), "rb") as stream:
+            checksum_alg = _file_checksum_alg(stream)
+            for offset, event in iter_events(stream, end, size):
+                if not _event_is_sound(offset, event, checksum_alg):
+                    log.warning("recovery: %s has a damaged event at %d", name, offset)
+                    break
+                if tracker.ends_group(event[4], event):
+                    end, last_start = offset + len(event), offset
+        return end, last_start
+
+    # ------------------------------------------------------------ positions
+
+    def path(self, name: str) -> Path:
+        return self.data_dir / name
+
+    def resume_point(self) -> ResumePoint:
+        """Where ingest continues, with the last stored event for the history check."""
+        if self.committed is None:
+            return ResumePoint(None, 4)
+        name, end = self.committed
+        if self._last_event_start >= end:
+            return ResumePoint(name, end)
+        with open(self.path(name), "rb") as stream:
+            stream.seek(self._last_event_start)
+            last_event = stream.read(end - self._last_event_start)
+        return ResumePoint(name, end, last_event)
+
+    def file_end(self, name: str) -> int:
+        """How far readers may read in ``name``: the committed end for the current file."""
+        if self.committed and name == self.committed[0]:
+            return self.committed[1]
+        return self.path(name).stat().st_size
+
+    # ------------------------------------------------------------ writing
+
+    def apply(self, segments: list[Segment]) -> bool:
+        """Store what the dump stream produced; True if the committed end moved."""
+        for segment in segments:
+            if segment.new_file:
+                if self._pending_commit is not None:
+                    self._after_commit()
+                self._begin_file(segment.file)
+            if self.committed is None or segment.file != self.committed[0]:
+                raise DataDirError(f"ingest wrote to {segment.file} while the current file is "
+                                   f"{self.committed and self.committed[0]}")
+            if segment.start != self._write_pos:
+                raise DataDirError(f"{segment.file}: an append at {segment.start} does not continue "
+                                   f"the stored file, which ends at {self._write_pos}")
+            self._write(segment.chunks, segment.size)
+            if segment.committed_end is not None:
+                self._pending_commit = (segment.file, segment.committed_end, segment.last_event_start)
+        if self._pending_commit is not None:
+            self._after_commit()
+            return True
+        return False
+
+    def _write(self, chunks: list[memoryview], size: int) -> None:
+        fd = self._fd
+        assert fd is not None
+        for first in range(0, len(chunks), _IOV_MAX):
+            batch = chunks[first : first + _IOV_MAX]
+            written = os.writev(fd, batch)
+            expected = sum(len(c) for c in batch) if len(chunks) > _IOV_MAX else size
+            if written != expected:  # short write (disk full, signal): finish it by hand
+                os.write(fd, b"".join(bytes(c) for c in batch)[written:])
+        self._write_pos += size
+        self.bytes_written += size
+
+    def _after_commit(self) -> None:
+        now = time.monotonic()
+        if self.sync == "commit" or (self.sync == "interval" and now - self._last_sync >= self._sync_interval):
+            self._fsync()
+        name, end, self._last_event_start = self._pending_commit  # type: ignore[misc]
+        self._pending_commit = None
+        self.committed = (name, end)
+        self._commit_event.set()
+        self._commit_event = trio.Event()
+        if now - self._last_checkpoint >= self._checkpoint_interval:
+            self._fsync()
+            self._write_checkpoint()
+
+    def sync_if_due(self) -> None:
+        """For the interval policy when ingest is idle: fsync what was written."""
+        if self._fd is not None and self._durable_pos < self._write_pos:
+            if self.sync != "none" and time.monotonic() - self._last_sync >= self._sync_interval:
+                self._fsync()
+
+    def _fsync(self) -> None:
+        if self._fd is None:
+            return
+        started = time.monotonic()
+        os.fsync(self._fd)
+        self._last_sync = time.monotonic()
+        self.fsync_seconds.append(self._last_sync - started)
+        self._durable_pos = self._write_pos
+
+    def _write_checkpoint(self) -> None:
+        """Record the committed end; callers fsync first, so it names durable bytes only."""
+        if self.committed is None:
+            return
+        name, end = self.committed
+        self.state = RelayState(self.state.upstream_server_id, self.state.upstream_version,
+                                Checkpoint(name, end, self._last_event_start))
+        write_state(self.data_dir, self.state)
+        self._last_checkpoint = time.monotonic()
+
+    def discard_uncommitted(self) -> None:
+        """After a lost upstream: cut the partial group so the resumed dump continues cleanly."""
+        self._discard_uncommitted()
+
+    def _discard_uncommitted(self) -> None:
+        if self._fd is None or self.committed is None:
+            return
+        end = self.committed[1]
+        if self._write_pos > end:
+            os.ftruncate(self._fd, end)
+            os.lseek(self._fd, end, os.SEEK_SET)
+            self._write_pos = end
+            self._durable_pos = min(self._durable_pos, end)
+
+    def _begin_file(self, name: str) -> None:
+        if self.committed is not None:
+            if self._write_pos != self.committed[1]:
+                raise DataDirError(f"{self.committed[0]} has an unfinished event group at its end")
+            self._fsync()
+            os.close(self._fd)  # type: ignore[arg-type]
+            self._fd = None
+        if name in self.files:
+            raise DataDirError(f"the primary started {name} again, but it is already stored")
+        self.files.append(name)
+        write_index(self.data_dir, self.files)  # index first: recovery recreates a missing last file
+        self._create_file(name)
+        self._write_pos = self._durable_pos = 4
+        self._last_event_start = 4
+        self.committed = (name, 4)
+        self._write_checkpoint()
+
+    def _create_file(self, name: str) -> None:
+        fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
+        os.write(fd, ev.BINLOG_MAGIC)
+        os.fsync(fd)
+        fsync_dir(self.data_dir)
+        self._fd = fd
+
+    # ------------------------------------------------------------ identity of the upstream
+
+    def remember_upstream(self, server_id: int, version: str) -> None:
+        self.state = RelayState(server_id, version, self.state.checkpoint)
+        write_state(self.data_dir, self.state)
+
+    # ------------------------------------------------------------ readers
+
+    async def wait_for_commit(self, seen: tuple[str, int] | None) -> tuple[str, int] | None:
+        """Return once the committed end differs from ``seen``."""
+        while self.committed == seen:
+            await self._commit_event.wait()
+        return self.committed
+
+
+def _file_checksum_alg(stream: BinaryIO) -> int:
+    for _, event in iter_events(stream, 4, 4 + (1 << 16)):
+        if event[4] == ev.FORMAT_DESCRIPTION_EVENT:
+            return ev.parse_format_description(event).checksum_alg
+        break
+    return ev.CHECKSUM_OFF
+
+
+def _event_is_sound(offset: int, event: memoryview, checksum_alg: int) -> bool:
+    header = ev.EventHeader.parse(event)
+    if (header.log_pos - header.event_length) & 0xFFFFFFFF != offset & 0xFFFFFFFF:
+        return False
+    return checksum_alg != ev.CHECKSUM_CRC32 or ev.checksum_matches(event)

@@ -1,0 +1,316 @@
+"""The replica client: connect to the primary, log in, register, dump, store; reconnect.
+
+This is the trio shell around ``protocol.client.ClientConnection`` (the conversation)
+and ``binlog.stream.DumpStream`` (the event stream).  It moves bytes and decides when
+to retry; everything it parses is parsed by those sans-IO objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import uuid
+from dataclasses import dataclass, field
+
+import trio
+
+from .binlog import events as ev
+from .binlog.stream import DumpStream, StreamError, UpstreamEnded
+from .protocol.client import (
+    NEED_DATA,
+    AuthenticationError,
+    ClientConnection,
+    Connected,
+    StartTLS,
+    TLSRequiredError,
+)
+from .protocol.packets import OkPacket, ProtocolError, ServerError
+from .protocol.resultset import ResultSet
+from .storage.files import DataDirError
+from .storage.relaylog import RelayLog
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE = 1 << 20
+DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: keep ANNOTATE_ROWS so stored files stay identical
+MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (PROTOCOL.md 3.1)
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+
+
+class FatalIngestError(Exception):
+    """Ingest cannot go on without an operator (wrong primary, corrupt data, bad position)."""
+
+
+@dataclass(frozen=True)
+class UpstreamSettings:
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    relay_server_id: int
+    start_file: str | None = None
+    heartbeat_period: float = 15.0
+    connect_timeout: float = 10.0
+    reconnect_initial_delay: float = 0.5
+    reconnect_max_delay: float = 30.0
+    ssl_mode: str = "disabled"
+    ssl_ca: str | None = None
+    ssl_cert: str | None = None
+    ssl_key: str | None = None
+
+
+@dataclass
+class UpstreamStatus:
+    """Live figures for logs and metrics."""
+
+    connected: bool = False
+    reconnects: int = 0
+    last_error: str | None = None
+    server_version: str | None = None
+    server_id: int | None = None
+    checksum_alg: int | None = None
+    stream: DumpStream | None = None
+    events_received: int = 0
+    bytes_received: int = 0
+    connected_event: trio.Event = field(default_factory=trio.Event)
+
+
+class _Connection:
+    """One login to the primary: a stream plus the sans-IO client conversation."""
+
+    def __init__(self, stream: trio.abc.Stream, protocol: ClientConnection) -> None:
+        self.stream = stream
+        self.protocol = protocol
+
+    async def flush(self) -> None:
+        data = self.protocol.data_to_send()
+        if data:
+            await self.stream.send_all(data)
+
+    async def next_event(self) -> object:
+        while True:
+            event = self.protocol.next_event()
+            if event is not NEED_DATA:
+                return event
+            await self.flush()
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                raise ConnectionError("the primary closed the connection")
+            self.protocol.receive_data(data)
+
+    async def command(self) -> ResultSet | OkPacket:
+        await self.flush()
+        return await self.next_event()  # type: ignore[return-value]
+
+    async def query(self, sql: str) -> ResultSet | OkPacket:
+        self.protocol.query(sql)
+        return await self.command()
+
+    async def rows(self, sql: str) -> list[tuple[str | None, ...]]:
+        result = await self.query(sql)
+        if not isinstance(result, ResultSet):
+            raise ProtocolError(f"expected rows from {sql!r}")
+        return list(result.rows)
+
+
+def _tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=settings.ssl_ca)
+    if settings.ssl_cert:
+        context.load_cert_chain(settings.ssl_cert, settings.ssl_key)
+    if settings.ssl_mode in ("preferred", "required"):
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif settings.ssl_mode == "verify_ca":
+        context.check_hostname = False
+    return context
+
+
+async def connect(settings: UpstreamSettings) -> _Connection:
+    """Open a connection and log in; the result is ready for queries."""
+    with trio.fail_after(settings.connect_timeout):
+        stream: trio.abc.Stream = await trio.open_tcp_stream(settings.host, settings.port)
+        protocol = ClientConnection(settings.user, settings.password, tls=settings.ssl_mode)
+        conn = _Connection(stream, protocol)
+        while True:
+            event = await conn.next_event()
+            if isinstance(event, StartTLS):
+                await conn.flush()
+                conn.stream = trio.SSLStream(conn.stream, _tls_context(settings),
+                                             server_hostname=settings.host)
+                await conn.stream.do_handshake()
+                protocol.tls_started()
+            elif isinstance(event, Connected):
+                return conn
+
+
+class Upstream:
+    """Keeps the relay log in step with the primary, reconnecting for ever."""
+
+    def __init__(self, settings: UpstreamSettings, relay_log: RelayLog) -> None:
+        self.settings = settings
+        self.relay_log = relay_log
+        self.status = UpstreamStatus()
+        self._replica_uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-{settings.relay_server_id}"))
+
+    async def run(self) -> None:
+        delay = self.settings.reconnect_initial_delay
+        while True:
+            try:
+                await self._replicate_once()
+            except (FatalIngestError, StreamError, DataDirError) as exc:
+                self.status.last_error = str(exc)
+                log.error("upstream: ingest stopped: %s", exc)
+                raise
+            except (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError,
+                    TLSRequiredError, UpstreamEnded, trio.TooSlowError, trio.BrokenResourceError,
+                    ssl.SSLError) as exc:
+                self.status.last_error = _describe(exc)
+                if self.status.connected:
+                    delay = self.settings.reconnect_initial_delay  # it worked for a while
+                self._lost()
+                wait = delay * random.uniform(0.5, 1.0)
+                log.warning("upstream %s:%d: %s; reconnecting in %.1fs", self.settings.host,
+                            self.settings.port, self.status.last_error, wait)
+                await trio.sleep(wait)
+                delay = min(delay * 2, self.settings.reconnect_max_delay)
+                self.status.reconnects += 1
+
+    def _lost(self) -> None:
+        self.status.connected = False
+        self.status.connected_event = trio.Event()
+        self.relay_log.discard_uncommitted()
+
+    async def _replicate_once(self) -> None:
+        conn = await connect(self.settings)
+        try:
+            checksum_alg = await self._prepare(conn)
+            resume = self.relay_log.resume_point()
+            file = resume.file or await self._first_file(conn)
+            await self._check_history(conn, resume.file, resume.position)
+            stream = DumpStream(resume, checksum_alg)
+            conn.protocol.register_slave(self.settings.relay_server_id)
+            await conn.command()
+            conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id,
+                                      DUMP_FLAG_SEND_ANNOTATE_ROWS)
+            await conn.flush()
+            log.info("upstream: dumping from %s:%d", file, resume.request_position)
+            self.status.stream = stream
+            self.status.connected = True
+            self.status.connected_event.set()
+            await self._ingest(conn, stream)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(conn.stream)
+
+    async def _prepare(self, conn: _Connection) -> int:
+        """The replica's opening queries (PROTOCOL.md 3.1 / 3.2); returns the checksum algorithm."""
+        greeting = conn.protocol.greeting
+        assert greeting is not None
+        self.status.server_version = greeting.server_version
+        server_id = await self._server_id(conn, greeting.is_mariadb)
+        self._check_identity(server_id, greeting.server_version)
+        period_ns = int(self.settings.heartbeat_period * 1e9)
+        if greeting.is_mariadb:
+            await conn.query(f"SET @master_heartbeat_period= {period_ns}")
+            await conn.query("SET @master_binlog_checksum= @@global.binlog_checksum")
+            rows = await conn.rows("SELECT @master_binlog_checksum")
+            await conn.query(f"SET @mariadb_slave_capability= {MARIADB_CAPABILITY}")
+        else:
+            await conn.query(f"SET @master_heartbeat_period = {period_ns}, @source_heartbeat_period = {period_ns}")
+            await conn.query("SET @master_binlog_checksum = @@global.binlog_checksum, "
+                             "@source_binlog_checksum = @@global.binlog_checksum")
+            rows = await conn.rows("SELECT @source_binlog_checksum")
+            await conn.query(f"SET @slave_uuid = '{self._replica_uuid}', @replica_uuid = '{self._replica_uuid}'")
+        checksum = (rows[0][0] or "NONE").upper() if rows else "NONE"
+        alg = ev.CHECKSUM_CRC32 if checksum == "CRC32" else ev.CHECKSUM_OFF
+        self.status.checksum_alg = alg
+        return alg
+
+    async def _server_id(self, conn: _Connection, is_mariadb: bool) -> int:
+        if is_mariadb:
+            rows = await conn.rows("SHOW VARIABLES LIKE 'server_id'")
+            value = rows[0][1] if rows else None
+        else:
+            rows = await conn.rows("SELECT @@GLOBAL.SERVER_ID")
+            value = rows[0][0] if rows else None
+        if value is None or not value.isdigit():
+            raise ProtocolError("the primary did not report its server_id")
+        return int(value)
+
+    def _check_identity(self, server_id: int, version: str) -> None:
+        if server_id == self.settings.relay_server_id:
+            raise FatalIngestError(
+                f"the primary's server_id is {server_id}, the same as the relay's own server_id; "
+                "give the relay a server_id no other server uses")
+        known = self.relay_log.state.upstream_server_id
+        if known is not None and known != server_id:
+            raise FatalIngestError(
+                f"the primary at {self.settings.host}:{self.settings.port} has server_id {server_id}, "
+                f"but {self.relay_log.data_dir} was filled from server_id {known}; refusing to mix two "
+                "binlog histories (use a new data_dir for a new primary)")
+        self.status.server_id = server_id
+        if known is None or self.relay_log.state.upstream_version != version:
+            self.relay_log.remember_upstream(server_id, version)
+
+    async def _first_file(self, conn: _Connection) -> str:
+        if self.settings.start_file:
+            return self.settings.start_file
+        rows = await conn.rows("SHOW BINARY LOGS")
+        if not rows:
+            raise FatalIngestError("the primary has no binary logs (is log_bin enabled?)")
+        return rows[0][0] or ""
+
+    async def _check_history(self, conn: _Connection, resume_file: str | None, position: int) -> None:
+        """The primary must still hold the file we resume, at least as long as what we stored,
+        and closed files both sides have must be the same size."""
+        if resume_file is None:
+            return
+        try:
+            primary_sizes = {name: int(size or 0) for name, size, *_ in await conn.rows("SHOW BINARY LOGS")}
+        except ServerError as exc:
+            log.warning("upstream: cannot list the primary's binlogs (%s); skipping the size check", exc)
+            return
+        if resume_file not in primary_sizes:
+            raise FatalIngestError(
+                f"the primary no longer has {resume_file}, where the relay must resume at {position} "
+                "(purged before the relay fetched it, or a different primary)")
+        if primary_sizes[resume_file] < position:
+            raise FatalIngestError(
+                f"the primary's {resume_file} is {primary_sizes[resume_file]} bytes, shorter than the "
+                f"{position} bytes the relay stored: a different primary, or its binlogs were reset")
+        for name in self.relay_log.files[:-1]:
+            if name in primary_sizes and primary_sizes[name] != self.relay_log.path(name).stat().st_size:
+                raise FatalIngestError(f"the primary's {name} differs in size from the stored copy: "
+                                       "a different binlog history")
+
+    async def _ingest(self, conn: _Connection, stream: DumpStream) -> None:
+        silence_limit = 2 * self.settings.heartbeat_period
+        protocol = conn.protocol
+        receive = conn.stream.receive_some
+        while True:
+            with trio.move_on_after(silence_limit) as idle:
+                data = await receive(RECEIVE_SIZE)
+            if idle.cancelled_caught:
+                raise ConnectionError(f"no event or heartbeat from the primary for {silence_limit:.0f}s")
+            if not data:
+                raise ConnectionError("the primary closed the connection")
+            protocol.receive_data(data)
+            self.status.bytes_received += len(data)
+            try:
+                segments = stream.process(protocol.read_binlog_packets())
+            except ServerError as exc:
+                if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
+                    raise FatalIngestError(f"the primary refused the binlog dump: {exc.message}") from exc
+                raise
+            if segments:
+                self.relay_log.apply(segments)
+            else:
+                self.relay_log.sync_if_due()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out connecting"
+    text = str(exc) or type(exc).__name__
+    return text
