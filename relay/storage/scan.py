@@ -21,6 +21,8 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
     while offset + ev.HEADER_LEN <= end:
         stream.seek(offset)
         block = memoryview(stream.read(min(block_size, end - offset)))
+        if len(block) < ev.HEADER_LEN:
+            return  # the file is shorter than the caller thought
         pos = 0
         while pos + ev.HEADER_LEN <= len(block):
             length = int.from_bytes(block[pos + 9 : pos + 13], "little")
@@ -32,7 +34,7 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
             pos += length
         if pos == 0:  # one event bigger than the block
             length = int.from_bytes(block[9:13], "little")
-            if offset + length > end:
+            if length < ev.HEADER_LEN or offset + length > end:
                 return
             stream.seek(offset)
             whole = memoryview(stream.read(length))

@@ -1,0 +1,79 @@
+"""The relay process: storage, the upstream task and (later) listeners in one trio nursery."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import trio
+
+from .config import Config
+from .storage.relaylog import RelayLog
+from .upstream import Upstream, UpstreamSettings
+
+log = logging.getLogger(__name__)
+
+
+def upstream_settings(config: Config) -> UpstreamSettings:
+    upstream = config.upstream
+    return UpstreamSettings(
+        host=upstream.host,
+        port=upstream.port,
+        user=upstream.user,
+        password=upstream.password.reveal() if upstream.password is not None else "",
+        relay_server_id=config.server_id,
+        start_file=upstream.start.file if upstream.start else None,
+        heartbeat_period=upstream.heartbeat_period,
+        connect_timeout=upstream.connect_timeout,
+        reconnect_initial_delay=upstream.reconnect.initial_delay,
+        reconnect_max_delay=upstream.reconnect.max_delay,
+        ssl_mode=upstream.ssl.mode,
+        ssl_ca=upstream.ssl.ca,
+        ssl_cert=upstream.ssl.cert,
+        ssl_key=upstream.ssl.key,
+    )
+
+
+def open_relay_log(config: Config) -> RelayLog:
+    relay_log = RelayLog(config.data_dir, config.storage.sync, config.storage.sync_interval_ms / 1000)
+    relay_log.open()
+    return relay_log
+
+
+class Relay:
+    """Everything one ``binlog-relay run`` owns."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.relay_log = open_relay_log(config)
+        self.upstream = Upstream(upstream_settings(config), self.relay_log)
+
+    async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.upstream.run)
+                nursery.start_soon(self._sync_timer)
+                task_status.started(self)
+        finally:
+            self.relay_log.close()
+            log.info("relay stopped; state written")
+
+    async def _sync_timer(self) -> None:
+        # With sync: interval an idle upstream sends no more writes, so flush on a clock too.
+        period = self.config.storage.sync_interval_ms / 1000
+        while True:
+            await trio.sleep(period)
+            self.relay_log.sync_if_due()
+
+
+async def run_until_signalled(config: Config) -> None:
+    relay = Relay(config)
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(relay.run)
+            log.info("binlog-relay running: server_id %d, data_dir %s, upstream %s:%d",
+                     config.server_id, config.data_dir, config.upstream.host, config.upstream.port)
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break

@@ -1,0 +1,875 @@
+"""Column types of row events and their value decoders (sans-IO).
+
+A *decoder* is ``dec(buf: bytes, pos: int) -> (value, next_pos)``. One is built per
+column when a table map is parsed, with everything that depends on the column
+(metadata, signedness, charset, ENUM/SET names) already bound, so decoding a value
+costs one call, one ``Struct.unpack_from`` or slice, and no lookups on the type.
+
+Python values (the choices a caller must know about):
+
+=====================  =====================================================================
+TINY..LONGLONG         int. Unsigned only if the table map's optional metadata (SIGNEDNESS,
+                       ``binlog_row_metadata=MINIMAL|FULL``) says so; without it every
+                       integer is read as SIGNED (the binlog itself does not say).
+NEWDECIMAL             decimal.Decimal with exactly ``scale`` fractional digits.
+FLOAT / DOUBLE         float (FLOAT widened exactly from its 4 bytes).
+BIT                    int.
+YEAR                   int: 1900 + n, and 0 for the zero year ``0000``.
+DATE                   datetime.date; a zero date or one with zero parts (``0000-00-00``,
+                       ``2024-00-15``) is returned as str in the server's text form.
+DATETIME(2)            naive datetime.datetime; zero/invalid as str, e.g.
+                       ``'0000-00-00 00:00:00.000'`` (as many fraction digits as the fsp).
+TIMESTAMP(2)           datetime.datetime, tz-aware in UTC (the binlog stores epoch seconds);
+                       the zero timestamp as str like DATETIME.
+TIME(2)                datetime.timedelta, negative and > 24 h allowed.
+CHAR/VARCHAR/TEXT      str decoded by the column charset when the table map carries it
+                       (``latin1`` is MySQL's cp1252 variant); bytes for the binary charset
+                       (63), with BINARY(n) re-padded with NULs to n, as the server shows it.
+                       Without charset metadata: str if the bytes are valid UTF-8, else
+                       bytes (so TEXT and BLOB are indistinguishable then).
+ENUM                   str when the names are known (metadata FULL), else the int index
+                       (1-based; 0 is the empty "error" value, returned as '' with names).
+SET                    frozenset of str when the names are known, else the int bit mask.
+JSON (MySQL, 245)      the decoded Python value (dict/list/str/int/float/bool/None ...).
+                       MariaDB stores JSON as LONGTEXT, so there it arrives as a str.
+GEOMETRY               bytes as stored: 4-byte little-endian SRID followed by the WKB.
+NULL type              None.
+=====================  =====================================================================
+
+Old-style TIME/DATETIME/TIMESTAMP (types 11, 12, 7) are decoded in their classic
+fsp-0 formats. MariaDB's own pre-10.1 "hires" variants of those types (created with
+``mysql56_temporal_format=OFF`` and fsp > 0) carry no metadata in the binlog, so their
+size is unknowable from the binlog alone; they are not supported.
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime as _dt
+import struct
+from decimal import Decimal
+from typing import Any, Callable
+
+Decoder = Callable[[bytes, int], tuple[Any, int]]
+
+# enum_field_types (include/mysql_com.h / field_types.h)
+DECIMAL = 0
+TINY = 1
+SHORT = 2
+LONG = 3
+FLOAT = 4
+DOUBLE = 5
+NULL = 6
+TIMESTAMP = 7
+LONGLONG = 8
+INT24 = 9
+DATE = 10
+TIME = 11
+DATETIME = 12
+YEAR = 13
+NEWDATE = 14
+VARCHAR = 15
+BIT = 16
+TIMESTAMP2 = 17
+DATETIME2 = 18
+TIME2 = 19
+JSON = 245
+NEWDECIMAL = 246
+ENUM = 247
+SET = 248
+TINY_BLOB = 249
+MEDIUM_BLOB = 250
+LONG_BLOB = 251
+BLOB = 252
+VAR_STRING = 253
+STRING = 254
+GEOMETRY = 255
+
+TYPE_NAMES: dict[int, str] = {
+    DECIMAL: "DECIMAL", TINY: "TINY", SHORT: "SHORT", LONG: "LONG", FLOAT: "FLOAT",
+    DOUBLE: "DOUBLE", NULL: "NULL", TIMESTAMP: "TIMESTAMP", LONGLONG: "LONGLONG",
+    INT24: "INT24", DATE: "DATE", TIME: "TIME", DATETIME: "DATETIME", YEAR: "YEAR",
+    NEWDATE: "NEWDATE", VARCHAR: "VARCHAR", BIT: "BIT", TIMESTAMP2: "TIMESTAMP2",
+    DATETIME2: "DATETIME2", TIME2: "TIME2", JSON: "JSON", NEWDECIMAL: "NEWDECIMAL",
+    ENUM: "ENUM", SET: "SET", TINY_BLOB: "TINY_BLOB", MEDIUM_BLOB: "MEDIUM_BLOB",
+    LONG_BLOB: "LONG_BLOB", BLOB: "BLOB", VAR_STRING: "VAR_STRING", STRING: "STRING",
+    GEOMETRY: "GEOMETRY",
+}
+
+BLOB_TYPES = frozenset({TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB})
+# Types the SIGNEDNESS metadata has a bit for. MariaDB counts every Field_num, YEAR
+# included (verified on 10.11); MySQL's is_numeric_type() leaves YEAR out.
+NUMERIC_TYPES_MARIADB = frozenset(
+    {DECIMAL, TINY, SHORT, INT24, LONG, LONGLONG, FLOAT, DOUBLE, NEWDECIMAL, YEAR})
+NUMERIC_TYPES_MYSQL = NUMERIC_TYPES_MARIADB - {YEAR}
+
+BINARY_CHARSET = 63
+
+
+def type_name(col_type: int) -> str:
+    return TYPE_NAMES.get(col_type, f"type {col_type}")
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def parse_column_meta(types: tuple[int, ...], meta: bytes) -> tuple[Any, ...]:
+    """Split the table map's metadata block into one decoded entry per column.
+
+    int for most types (FLOAT/DOUBLE pack length, BLOB/JSON/GEOMETRY length-prefix
+    size, VARCHAR max byte length, temporal2 fsp, BIT total bits, 0 if none);
+    (precision, scale) for NEWDECIMAL; (real_type, byte_length) for STRING/ENUM/SET.
+    Raises ValueError/IndexError on a short block (the caller wraps it).
+    """
+    out: list[Any] = []
+    pos = 0
+    for t in types:
+        if t in _META1:
+            out.append(meta[pos])
+            pos += 1
+        elif t == VARCHAR or t == VAR_STRING:
+            out.append(meta[pos] | meta[pos + 1] << 8)
+            pos += 2
+        elif t == NEWDECIMAL:
+            out.append((meta[pos], meta[pos + 1]))
+            pos += 2
+        elif t == BIT:
+            out.append(meta[pos + 1] * 8 + meta[pos])  # bytes*8 + leftover bits
+            pos += 2
+        elif t == STRING or t == ENUM or t == SET:
+            out.append(_string_meta(meta[pos], meta[pos + 1]))
+            pos += 2
+        else:
+            out.append(0)
+    if pos != len(meta):
+        raise ValueError(f"column metadata is {len(meta)} bytes, types need {pos}")
+    return tuple(out)
+
+
+_META1 = frozenset({FLOAT, DOUBLE, TIMESTAMP2, DATETIME2, TIME2, JSON, GEOMETRY}) | BLOB_TYPES
+
+
+def _string_meta(b0: int, b1: int) -> tuple[int, int]:
+    # CHAR(n) with n*mbmaxlen > 255 needs 10 bits of length; the server hides the two
+    # high bits, inverted, in bits 4-5 of the real-type byte (Field_string::do_save_field_metadata).
+    if (b0 & 0x30) != 0x30:
+        return b0 | 0x30, b1 | (((b0 & 0x30) ^ 0x30) << 4)
+    return b0, b1
+
+
+# --------------------------------------------------------------------------- charsets
+
+
+def _mysql_latin1_table() -> str:
+    # MySQL's latin1 is cp1252, except that the 5 bytes cp1252 leaves undefined map to
+    # the C1 control characters of the same value (strings/ctype-latin1.c).
+    chars = []
+    for b in range(256):
+        try:
+            chars.append(bytes([b]).decode("cp1252"))
+        except UnicodeDecodeError:
+            chars.append(chr(b))
+    return "".join(chars)
+
+
+_LATIN1_TABLE = _mysql_latin1_table()
+
+
+def decode_mysql_latin1(raw: bytes) -> str:
+    return codecs.charmap_decode(raw, "strict", _LATIN1_TABLE)[0]
+
+
+def _charset_ids() -> dict[int, str]:
+    # Collation id -> Python codec, for MySQL/MariaDB built-in collations.
+    groups: dict[str, tuple[int, ...]] = {
+        "utf-8": (33, 83, 45, 46, 76, *range(192, 216), 223, *range(224, 248),
+                  *range(255, 324), 576, 577, 578, 608, 609, 610),
+        "mysql-latin1": (5, 8, 15, 31, 47, 48, 49, 94),
+        "ascii": (11, 65),
+        "iso8859-2": (2, 9, 21, 27, 77),
+        "iso8859-7": (25, 70),
+        "iso8859-8": (16, 71),
+        "iso8859-9": (30, 78),
+        "iso8859-13": (20, 41, 42, 79),
+        "koi8-r": (7, 74),
+        "koi8-u": (22, 75),
+        "cp850": (4, 80),
+        "cp852": (40, 81),
+        "cp866": (36, 68),
+        "cp1250": (26, 34, 44, 66, 99),
+        "cp1251": (14, 23, 50, 51, 52),
+        "cp1256": (57, 67),
+        "cp1257": (29, 58, 59),
+        "mac-roman": (39, 53),
+        "tis-620": (18, 89),
+        "big5": (1, 84),
+        "gbk": (28, 87),
+        "gb2312": (24, 86),
+        "gb18030": (248, 249, 250),
+        "shift_jis": (13, 88),
+        "cp932": (95, 96),
+        "euc-jp": (12, 91),
+        "euc_jis_2004": (97, 98),
+        "euc-kr": (19, 85),
+        "utf-16-be": (35, 90, *range(128, 152), 159, 54, 55, *range(101, 125),
+                      640, 641, 642, 672, 673, 674),
+        "utf-16-le": (56, 62),
+        "utf-32-be": (60, 61, *range(160, 184), 736, 737, 738),
+    }
+    ids = {cid: codec for codec, cids in groups.items() for cid in cids}
+    # MariaDB: NO PAD collations are the PAD ones + 1024; UCA-14.0.0 ones live at
+    # 2048 + 256*k for utf8mb3, utf8mb4, ucs2, utf16, utf32 (ctype-uca.c).
+    for cid, codec in list(ids.items()):
+        if cid < 256:
+            ids.setdefault(cid + 1024, codec)
+    for k, codec in enumerate(("utf-8", "utf-8", "utf-16-be", "utf-16-be", "utf-32-be")):
+        for cid in range(2048 + 256 * k, 2048 + 256 * (k + 1)):
+            ids[cid] = codec
+    return ids
+
+
+_CHARSET_CODECS = _charset_ids()
+
+
+def charset_codec(charset: int | None) -> str | None:
+    """Python codec for a collation id; "binary" for 63; None when unknown."""
+    if charset is None:
+        return None
+    if charset == BINARY_CHARSET:
+        return "binary"
+    return _CHARSET_CODECS.get(charset)
+
+
+def text_converter(charset: int | None) -> Callable[[bytes], Any]:
+    """bytes -> value for a character column (see the module docstring)."""
+    codec = charset_codec(charset)
+    if codec == "binary":
+        return bytes
+    if codec == "mysql-latin1":
+        return decode_mysql_latin1
+    if codec is None:
+        return _utf8_or_bytes
+    return lambda raw: raw.decode(codec)
+
+
+def _utf8_or_bytes(raw: bytes) -> str | bytes:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class Truncated(ValueError):
+    """A value runs past the end of the row data."""
+
+
+def _need(end: int, buf: bytes) -> None:
+    raise Truncated(f"value needs bytes up to offset {end}, data ends at {len(buf)}")
+
+
+_u8 = struct.Struct("<B").unpack_from
+_s8 = struct.Struct("<b").unpack_from
+_u16 = struct.Struct("<H").unpack_from
+_s16 = struct.Struct("<h").unpack_from
+_u32 = struct.Struct("<I").unpack_from
+_s32 = struct.Struct("<i").unpack_from
+_u64 = struct.Struct("<Q").unpack_from
+_s64 = struct.Struct("<q").unpack_from
+_f32 = struct.Struct("<f").unpack_from
+_f64 = struct.Struct("<d").unpack_from
+_u24 = struct.Struct("<HB").unpack_from  # (lo16, hi8): no 3-byte struct code exists
+_s24 = struct.Struct("<Hb").unpack_from
+
+
+def _fixed(unpack: Callable[[bytes, int], tuple], size: int) -> Decoder:
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        return unpack(buf, pos)[0], pos + size
+    return dec
+
+
+def _int24(signed: bool) -> Decoder:
+    unpack = _s24 if signed else _u24
+
+    def dec(buf: bytes, pos: int) -> tuple[int, int]:
+        lo, hi = unpack(buf, pos)
+        return lo | hi << 16, pos + 3
+    return dec
+
+
+def _prefix_unpacker(size: int) -> Callable[[bytes, int], int]:
+    """Reads a little-endian length prefix of 1-4 bytes."""
+    if size == 1:
+        return lambda buf, pos: buf[pos]
+    if size == 2:
+        return lambda buf, pos: _u16(buf, pos)[0]
+    if size == 3:
+        def u24(buf: bytes, pos: int) -> int:
+            lo, hi = _u24(buf, pos)
+            return lo | hi << 16
+        return u24
+    if size == 4:
+        return lambda buf, pos: _u32(buf, pos)[0]
+    raise ValueError(f"bad length-prefix size {size}")
+
+
+def _var(prefix: int, convert: Callable[[bytes], Any] | None) -> Decoder:
+    """Length-prefixed value: prefix bytes of length, then that many bytes."""
+    if prefix == 1 and convert is None:
+        def dec1(buf: bytes, pos: int) -> tuple[Any, int]:
+            end = pos + 1 + buf[pos]
+            if end > len(buf):
+                _need(end, buf)
+            return buf[pos + 1:end], end
+        return dec1
+    length_at = _prefix_unpacker(prefix)
+
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        start = pos + prefix
+        end = start + length_at(buf, pos)
+        if end > len(buf):
+            _need(end, buf)
+        raw = buf[start:end]
+        return (raw if convert is None else convert(raw)), end
+    return dec
+
+
+def _var_text(prefix: int, codec: str) -> Decoder:
+    # The common case (utf8mb4 VARCHAR/TEXT) without the extra call of _var's convert.
+    length_at = _prefix_unpacker(prefix)
+
+    def dec(buf: bytes, pos: int) -> tuple[str, int]:
+        start = pos + prefix
+        end = start + length_at(buf, pos)
+        if end > len(buf):
+            _need(end, buf)
+        return buf[start:end].decode(codec), end
+    return dec
+
+
+def _string_decoder(prefix: int, charset: int | None) -> Decoder:
+    codec = charset_codec(charset)
+    if codec == "binary":
+        return _var(prefix, None)
+    if codec is not None and codec != "mysql-latin1":
+        return _var_text(prefix, codec)
+    return _var(prefix, text_converter(charset))
+
+
+# --------------------------------------------------------------------------- numbers
+
+_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+
+
+def decimal_size(precision: int, scale: int) -> int:
+    """Bytes of a NEWDECIMAL(precision, scale) in binary form (decimal_bin_size)."""
+    intg = precision - scale
+    return (intg // 9 * 4 + _DIG2BYTES[intg % 9]
+            + scale // 9 * 4 + _DIG2BYTES[scale % 9])
+
+
+def _decimal_groups(precision: int, scale: int) -> tuple[tuple[int, int], ...]:
+    # (bytes, digits) per group, most significant first: a partial leading integer
+    # group, full 9-digit groups, then fractional full groups and a partial last one.
+    intg = precision - scale
+    groups = []
+    if intg % 9:
+        groups.append((_DIG2BYTES[intg % 9], intg % 9))
+    groups += [(4, 9)] * (intg // 9)
+    groups += [(4, 9)] * (scale // 9)
+    if scale % 9:
+        groups.append((_DIG2BYTES[scale % 9], scale % 9))
+    return tuple(groups)
+
+
+def decode_decimal(raw: bytes, precision: int, scale: int) -> Decimal:
+    """MySQL binary DECIMAL (strings/decimal.cc, decimal2bin) -> Decimal.
+
+    Big-endian groups of 9 decimal digits in 4 bytes, partial groups in fewer; the
+    sign bit (MSB of the first byte) is set for positive numbers, and a negative
+    number is stored with every bit inverted.
+    """
+    size = len(raw)
+    if size == 0:
+        return Decimal(0).scaleb(-scale)
+    v = int.from_bytes(raw, "big")
+    sign_bit = 1 << (size * 8 - 1)
+    negative = not v & sign_bit
+    if negative:
+        v = ~v & ((1 << size * 8) - 1)
+    v &= ~sign_bit
+    int_digits = 0
+    frac_digits = 0
+    intg = precision - scale
+    int_bytes = intg // 9 * 4 + _DIG2BYTES[intg % 9]
+    shift = size * 8
+    for nbytes, ndigits in _decimal_groups(precision, scale):
+        shift -= nbytes * 8
+        g = (v >> shift) & ((1 << nbytes * 8) - 1)
+        if g >= 10 ** ndigits:
+            raise ValueError(f"corrupt DECIMAL({precision},{scale}) group {g}")
+        if int_bytes > 0:
+            int_digits = int_digits * 10 ** ndigits + g
+            int_bytes -= nbytes
+        else:
+            frac_digits = frac_digits * 10 ** ndigits + g
+    sign = "-" if negative else ""
+    if scale:
+        return Decimal(f"{sign}{int_digits}.{frac_digits:0{scale}d}")
+    return Decimal(f"{sign}{int_digits}")
+
+
+def _decimal(meta: tuple[int, int]) -> Decoder:
+    precision, scale = meta
+    if scale > precision or precision > 65 or scale > 38:
+        raise ValueError(f"bad DECIMAL metadata ({precision},{scale})")
+    size = decimal_size(precision, scale)
+
+    def dec(buf: bytes, pos: int) -> tuple[Decimal, int]:
+        end = pos + size
+        if end > len(buf):
+            _need(end, buf)
+        return decode_decimal(buf[pos:end], precision, scale), end
+    return dec
+
+
+def _bit(nbits: int) -> Decoder:
+    size = (nbits + 7) // 8
+
+    def dec(buf: bytes, pos: int) -> tuple[int, int]:
+        end = pos + size
+        if end > len(buf):
+            _need(end, buf)
+        return int.from_bytes(buf[pos:end], "big"), end
+    return dec
+
+
+def _year(buf: bytes, pos: int) -> tuple[int, int]:
+    y = buf[pos]
+    return (y + 1900 if y else 0), pos + 1
+
+
+# --------------------------------------------------------------------------- temporal
+
+UTC = _dt.timezone.utc
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=UTC)
+_timedelta = _dt.timedelta
+_datetime = _dt.datetime
+
+
+def _frac_text(us: int, fsp: int) -> str:
+    return "." + f"{us:06d}"[:fsp] if fsp else ""
+
+
+def _datetime_or_text(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int,
+                      fsp: int) -> _dt.datetime | str:
+    try:
+        return _datetime(y, mo, d, h, mi, s, us)
+    except ValueError:
+        # Zero dates, zero parts, or values Python cannot hold: the server's text form.
+        return f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}" + _frac_text(us, fsp)
+
+
+def _date(buf: bytes, pos: int) -> tuple[_dt.date | str, int]:
+    lo, hi = _u24(buf, pos)
+    v = lo | hi << 16
+    d, mo, y = v & 31, (v >> 5) & 15, v >> 9
+    try:
+        return _dt.date(y, mo, d), pos + 3
+    except ValueError:
+        return f"{y:04d}-{mo:02d}-{d:02d}", pos + 3
+
+
+def _time_from_hms(negative: bool, h: int, mi: int, s: int, us: int) -> _dt.timedelta:
+    td = _timedelta(hours=h, minutes=mi, seconds=s, microseconds=us)
+    return -td if negative else td
+
+
+def _time_old(buf: bytes, pos: int) -> tuple[_dt.timedelta, int]:
+    # Classic TIME: signed 3-byte integer HHMMSS (Field_time::store_TIME).
+    lo, hi = _s24(buf, pos)
+    v = lo | hi << 16
+    a = -v if v < 0 else v
+    return _time_from_hms(v < 0, a // 10000, a // 100 % 100, a % 100, 0), pos + 3
+
+
+def _datetime_old(buf: bytes, pos: int) -> tuple[_dt.datetime | str, int]:
+    # Classic DATETIME: 8-byte integer YYYYMMDDhhmmss.
+    v = _u64(buf, pos)[0]
+    d, t = divmod(v, 1000000)
+    return (_datetime_or_text(d // 10000, d // 100 % 100, d % 100,
+                              t // 10000, t // 100 % 100, t % 100, 0, 0), pos + 8)
+
+
+_ZERO_DATETIME = "0000-00-00 00:00:00"
+
+
+def _timestamp_old(buf: bytes, pos: int) -> tuple[_dt.datetime | str, int]:
+    secs = _u32(buf, pos)[0]
+    return (_EPOCH + _timedelta(seconds=secs) if secs else _ZERO_DATETIME), pos + 4
+
+
+def _packed_time(packed: int) -> _dt.timedelta:
+    # MySQL "packed" time: (hour<<12 | minute<<6 | second) << 24 | microseconds, signed.
+    negative = packed < 0
+    if negative:
+        packed = -packed
+    hms = packed >> 24
+    return _time_from_hms(negative, (hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F,
+                          packed & 0xFFFFFF)
+
+
+_TIMEF_INT_OFS = 0x800000
+_TIMEF_OFS = 0x800000000000
+
+
+def _time2(fsp: int) -> Decoder:
+    """TIME2 (compat56.cc, my_time_packed_from_binary): big-endian, offset-biased."""
+    if fsp == 0:
+        unpack0 = struct.Struct(">HB").unpack_from
+
+        def dec0(buf: bytes, pos: int) -> tuple[_dt.timedelta, int]:
+            hi, lo = unpack0(buf, pos)
+            return _packed_time(((hi << 8 | lo) - _TIMEF_INT_OFS) << 24), pos + 3
+        return dec0
+    if fsp <= 4:
+        one_byte = fsp <= 2
+        unpack = struct.Struct(">HBB" if one_byte else ">HBH").unpack_from
+        wrap, unit, size = (0x100, 10000, 4) if one_byte else (0x10000, 100, 5)
+
+        def dec(buf: bytes, pos: int) -> tuple[_dt.timedelta, int]:
+            hi, lo, frac = unpack(buf, pos)
+            intpart = (hi << 8 | lo) - _TIMEF_INT_OFS
+            if intpart < 0 and frac:
+                # Negative values keep a negative fraction: borrow one second.
+                intpart += 1
+                frac -= wrap
+            return _packed_time((intpart << 24) + frac * unit), pos + size
+        return dec
+    unpack6 = struct.Struct(">HI").unpack_from
+
+    def dec6(buf: bytes, pos: int) -> tuple[_dt.timedelta, int]:
+        hi, lo = unpack6(buf, pos)
+        return _packed_time((hi << 32 | lo) - _TIMEF_OFS), pos + 6
+    return dec6
+
+
+def _frac_reader(fsp: int) -> tuple[int, Callable[[bytes, int], int]]:
+    """(size, read) for the big-endian fraction of DATETIME2/TIMESTAMP2, in microseconds."""
+    if fsp == 0:
+        return 0, lambda buf, pos: 0
+    if fsp <= 2:
+        return 1, lambda buf, pos: buf[pos] * 10000
+    if fsp <= 4:
+        be16 = struct.Struct(">H").unpack_from
+        return 2, lambda buf, pos: be16(buf, pos)[0] * 100
+    be24 = struct.Struct(">BH").unpack_from
+
+    def read3(buf: bytes, pos: int) -> int:
+        hi, lo = be24(buf, pos)
+        return hi << 16 | lo
+    return 3, read3
+
+
+_DATETIMEF_INT_OFS = 0x8000000000
+
+
+def _datetime2(fsp: int) -> Decoder:
+    """DATETIME2: 5 bytes big-endian, 1 sign bit, 17 bits year*13+month, then
+    day(5) hour(5) minute(6) second(6); then 0-3 fraction bytes."""
+    head = struct.Struct(">IB").unpack_from
+    fsize, frac = _frac_reader(fsp)
+    size = 5 + fsize
+
+    def dec(buf: bytes, pos: int) -> tuple[_dt.datetime | str, int]:
+        hi, lo = head(buf, pos)
+        v = (hi << 8 | lo) - _DATETIMEF_INT_OFS
+        us = frac(buf, pos + 5) if fsize else 0
+        ymd = v >> 17
+        ym = ymd >> 5
+        hms = v & 0x1FFFF
+        return (_datetime_or_text(ym // 13, ym % 13, ymd & 31, hms >> 12,
+                                  (hms >> 6) & 0x3F, hms & 0x3F, us, fsp), pos + size)
+    return dec
+
+
+def _timestamp2(fsp: int) -> Decoder:
+    """TIMESTAMP2: 4-byte big-endian epoch seconds, then 0-3 fraction bytes."""
+    head = struct.Struct(">I").unpack_from
+    fsize, frac = _frac_reader(fsp)
+    size = 4 + fsize
+    zero = _ZERO_DATETIME + _frac_text(0, fsp)
+
+    def dec(buf: bytes, pos: int) -> tuple[_dt.datetime | str, int]:
+        secs = head(buf, pos)[0]
+        us = frac(buf, pos + 4) if fsize else 0
+        if secs == 0:
+            # Epoch second 0 is the zero timestamp (TIMESTAMP's range starts at 1 s).
+            if pos + size > len(buf):
+                _need(pos + size, buf)
+            return zero, pos + size
+        return _EPOCH + _timedelta(0, secs, us), pos + size
+    return dec
+
+
+# --------------------------------------------------------------------------- ENUM / SET
+
+
+def _enum(size: int, names: tuple[str, ...] | None) -> Decoder:
+    read = _prefix_unpacker(size)
+    if names is None:
+        def dec_index(buf: bytes, pos: int) -> tuple[int, int]:
+            if pos + size > len(buf):
+                _need(pos + size, buf)
+            return read(buf, pos), pos + size
+        return dec_index
+    table = ("",) + tuple(names)
+
+    def dec(buf: bytes, pos: int) -> tuple[str, int]:
+        if pos + size > len(buf):
+            _need(pos + size, buf)
+        i = read(buf, pos)
+        if i >= len(table):
+            raise ValueError(f"ENUM index {i} beyond its {len(names)} values")
+        return table[i], pos + size
+    return dec
+
+
+def _set(size: int, names: tuple[str, ...] | None) -> Decoder:
+    if names is None:
+        def dec_mask(buf: bytes, pos: int) -> tuple[int, int]:
+            end = pos + size
+            if end > len(buf):
+                _need(end, buf)
+            return int.from_bytes(buf[pos:end], "little"), end
+        return dec_mask
+    members = tuple(names)
+
+    def dec(buf: bytes, pos: int) -> tuple[frozenset[str], int]:
+        end = pos + size
+        if end > len(buf):
+            _need(end, buf)
+        mask = int.from_bytes(buf[pos:end], "little")
+        if mask >> len(members):
+            raise ValueError(f"SET mask {mask:#x} beyond its {len(members)} members")
+        return frozenset(m for i, m in enumerate(members) if mask >> i & 1), end
+    return dec
+
+
+# --------------------------------------------------------------------------- MySQL JSON
+
+_JSON_INLINE_SMALL = frozenset({4, 5, 6})  # literal, int16, uint16
+_JSON_INLINE_LARGE = frozenset({4, 5, 6, 7, 8})  # + int32, uint32
+_J_SCALARS = {
+    5: struct.Struct("<h"), 6: struct.Struct("<H"), 7: struct.Struct("<i"),
+    8: struct.Struct("<I"), 9: struct.Struct("<q"), 10: struct.Struct("<Q"),
+    11: struct.Struct("<d"),
+}
+
+
+def decode_mysql_json(data: bytes) -> Any:
+    """MySQL's binary JSON (sql-common/json_binary.cc) -> Python value.
+
+    Opaque values: DECIMAL -> Decimal, DATE -> date, DATETIME/TIMESTAMP -> naive
+    datetime, TIME -> timedelta, anything else -> bytes. An empty document -> None.
+    """
+    if not data:
+        return None
+    return _json_value(data[0], data, 1, len(data))
+
+
+def _json_varlen(buf: bytes, pos: int) -> tuple[int, int]:
+    n = 0
+    for i in range(5):
+        b = buf[pos + i]
+        n |= (b & 0x7F) << (7 * i)
+        if not b & 0x80:
+            return n, pos + i + 1
+    raise ValueError("JSON variable-length integer longer than 5 bytes")
+
+
+def _json_value(t: int, buf: bytes, pos: int, end: int) -> Any:
+    if t <= 3:
+        return _json_container(t, buf, pos, end)
+    if t == 4:
+        lit = buf[pos]
+        if lit > 2:
+            raise ValueError(f"bad JSON literal {lit}")
+        return (None, True, False)[lit]
+    s = _J_SCALARS.get(t)
+    if s is not None:
+        if pos + s.size > end:
+            _need(pos + s.size, buf)
+        return s.unpack_from(buf, pos)[0]
+    if t == 12:
+        n, start = _json_varlen(buf, pos)
+        if start + n > end:
+            _need(start + n, buf)
+        return buf[start:start + n].decode("utf-8")
+    if t == 15:
+        return _json_opaque(buf[pos], buf, pos + 1, end)
+    raise ValueError(f"unknown JSON value type {t}")
+
+
+def _json_container(t: int, buf: bytes, base: int, end: int) -> Any:
+    large = t & 1
+    off = struct.Struct("<I" if large else "<H").unpack_from
+    osz = 4 if large else 2
+    count = off(buf, base)[0]
+    size = off(buf, base + osz)[0]
+    if base + size > end:
+        _need(base + size, buf)
+    end = base + size
+    pos = base + 2 * osz
+    keys = []
+    if t <= 1:  # object: key entries (offset, u16 length) come first
+        for _ in range(count):
+            k_off = off(buf, pos)[0]
+            k_len = _u16(buf, pos + osz)[0]
+            if base + k_off + k_len > end:
+                _need(base + k_off + k_len, buf)
+            keys.append(buf[base + k_off:base + k_off + k_len].decode("utf-8"))
+            pos += osz + 2
+    inline = _JSON_INLINE_LARGE if large else _JSON_INLINE_SMALL
+    values = []
+    for _ in range(count):
+        vt = buf[pos]
+        if vt in inline:
+            values.append(_json_value(vt, buf, pos + 1, pos + 1 + osz))
+        else:
+            values.append(_json_value(vt, buf, base + off(buf, pos + 1)[0], end))
+        pos += 1 + osz
+    return dict(zip(keys, values)) if t <= 1 else values
+
+
+def _json_opaque(field_type: int, buf: bytes, pos: int, end: int) -> Any:
+    n, start = _json_varlen(buf, pos)
+    if start + n > end:
+        _need(start + n, buf)
+    raw = buf[start:start + n]
+    if field_type == NEWDECIMAL and n >= 2:
+        return decode_decimal(raw[2:], raw[0], raw[1])
+    if field_type in (DATE, DATETIME, TIMESTAMP, TIME) and n == 8:
+        packed = _s64(raw, 0)[0]
+        if field_type == TIME:
+            return _packed_time(packed)
+        neg, packed = packed < 0, abs(packed)
+        ymdhms, us = packed >> 24, packed & 0xFFFFFF
+        ymd, hms = ymdhms >> 17, ymdhms & 0x1FFFF
+        ym = ymd >> 5
+        if field_type == DATE:
+            return _dt.date(ym // 13, ym % 13, ymd & 31)
+        return _datetime_or_text(ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 0x3F,
+                                 hms & 0x3F, us, 6)
+    return raw
+
+
+def _mysql_json(prefix: int) -> Decoder:
+    length_at = _prefix_unpacker(prefix)
+
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        start = pos + prefix
+        end = start + length_at(buf, pos)
+        if end > len(buf):
+            _need(end, buf)
+        return decode_mysql_json(buf[start:end]), end
+    return dec
+
+
+# --------------------------------------------------------------------------- factory
+
+
+def _null(buf: bytes, pos: int) -> tuple[None, int]:
+    return None, pos
+
+
+def unsupported(col_type: int, why: str) -> Decoder:
+    """A decoder that fails when used: a table map with such a column still parses."""
+    def dec(buf: bytes, pos: int) -> tuple[Any, int]:
+        raise ValueError(f"cannot decode {type_name(col_type)}: {why}")
+    return dec
+
+
+_INTS: dict[int, tuple[Decoder, Decoder]] = {
+    TINY: (_fixed(_s8, 1), _fixed(_u8, 1)),
+    SHORT: (_fixed(_s16, 2), _fixed(_u16, 2)),
+    INT24: (_int24(True), _int24(False)),
+    LONG: (_fixed(_s32, 4), _fixed(_u32, 4)),
+    LONGLONG: (_fixed(_s64, 8), _fixed(_u64, 8)),
+}
+
+
+def make_decoder(col_type: int, meta: Any, *, unsigned: bool = False,
+                 charset: int | None = None,
+                 names: tuple[str, ...] | None = None) -> Decoder:
+    """Build the value decoder of one column.
+
+    meta: the entry of parse_column_meta for the column; charset: its collation id if
+    known; names: ENUM/SET member names if known.
+    """
+    if col_type in _INTS:
+        return _INTS[col_type][1 if unsigned else 0]
+    if col_type == NEWDECIMAL:
+        return _decimal(meta)
+    if col_type == FLOAT:
+        return _fixed(_f32, 4)
+    if col_type == DOUBLE:
+        return _fixed(_f64, 8)
+    if col_type == YEAR:
+        return _year
+    if col_type == BIT:
+        return _bit(meta)
+    if col_type == DATE or col_type == NEWDATE:
+        return _date
+    if col_type == TIME:
+        return _time_old
+    if col_type == DATETIME:
+        return _datetime_old
+    if col_type == TIMESTAMP:
+        return _timestamp_old
+    if col_type == TIME2:
+        return _time2(meta)
+    if col_type == DATETIME2:
+        return _datetime2(meta)
+    if col_type == TIMESTAMP2:
+        return _timestamp2(meta)
+    if col_type == VARCHAR or col_type == VAR_STRING:
+        return _string_decoder(1 if meta < 256 else 2, charset)
+    if col_type in (STRING, ENUM, SET):
+        return _fixed_string(meta, charset, names)
+    if col_type in BLOB_TYPES:
+        if not 1 <= meta <= 4:
+            return unsupported(col_type, f"length-prefix size {meta}")
+        return _string_decoder(meta, charset)
+    if col_type == GEOMETRY:
+        if not 1 <= meta <= 4:
+            return unsupported(col_type, f"length-prefix size {meta}")
+        return _var(meta, None)
+    if col_type == JSON:
+        if not 1 <= meta <= 4:
+            return unsupported(col_type, f"length-prefix size {meta}")
+        return _mysql_json(meta)
+    if col_type == NULL:
+        return _null
+    return unsupported(col_type, "type not supported")
+
+
+def _fixed_string(meta: tuple[int, int], charset: int | None,
+                  names: tuple[str, ...] | None) -> Decoder:
+    real_type, length = meta
+    if real_type == ENUM:
+        return _enum(length, names)
+    if real_type == SET:
+        return _set(length, names)
+    dec = _string_decoder(1 if length < 256 else 2, charset)
+    if charset != BINARY_CHARSET:
+        return dec
+
+    # BINARY(n): the binlog drops trailing NULs (Field_string::pack); the server
+    # shows them, so put them back.
+    def dec_binary(buf: bytes, pos: int) -> tuple[bytes, int]:
+        raw, end = dec(buf, pos)
+        return raw.ljust(length, b"\0"), end
+    return dec_binary

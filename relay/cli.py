@@ -1,0 +1,96 @@
+"""binlog-relay command line: run | check-config | demo | hash-password | --version."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import sys
+
+import trio
+
+from . import __version__
+from .config import ConfigError, load_config, native_password_hash
+from .logs import setup_logging
+
+EXIT_CONFIG = 2
+
+
+def _load(path: str):  # type: ignore[no-untyped-def]
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        print(f"binlog-relay: invalid configuration {path}:", file=sys.stderr)
+        for line in err.errors:
+            print(f"  {line}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .app import run_until_signalled
+    from .storage.files import DataDirError
+    from .upstream import FatalIngestError
+    from .binlog.stream import StreamError
+
+    config = _load(args.config)
+    setup_logging(config.logging.level, config.logging.format)
+    try:
+        trio.run(run_until_signalled, config)
+    except (DataDirError, FatalIngestError, StreamError) as err:
+        logging.getLogger("relay").error("%s", err)
+        return 1
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    print(f"{args.config}: OK (server_id {config.server_id}, upstream {config.upstream.host}:"
+          f"{config.upstream.port}, data_dir {config.data_dir})")
+    return 0
+
+
+def cmd_hash_password(args: argparse.Namespace) -> int:
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("binlog-relay: the passwords differ", file=sys.stderr)
+            return 1
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    print(native_password_hash(password))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(seconds=args.seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the relay in the foreground until SIGTERM/SIGINT")
+    run.add_argument("--config", required=True, help="YAML configuration file")
+    run.set_defaults(handler=cmd_run)
+    check = commands.add_parser("check-config", help="validate a configuration file (exit 2 if invalid)")
+    check.add_argument("--config", required=True)
+    check.set_defaults(handler=cmd_check_config)
+    hashp = commands.add_parser("hash-password",
+                                help="print the mysql_native_password hash of a password read from stdin")
+    hashp.set_defaults(handler=cmd_hash_password)
+    demo = commands.add_parser("demo", help="a local MariaDB primary, the relay, a few writes, what it stored")
+    demo.add_argument("--seconds", type=float, default=None,
+                      help="stop after this many seconds instead of waiting for Ctrl-C")
+    demo.set_defaults(handler=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Relay log storage: writing segments, recovery of torn tails, the index, the lock."""
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from relay.binlog import events as ev
+from relay.binlog.groups import GroupTracker
+from relay.binlog.stream import Segment
+from relay.storage.files import DataDirError
+from relay.storage.index import read_index
+from relay.storage.relaylog import RelayLog
+
+BINLOG = (Path(__file__).parent.parent / "fixtures" / "wire" / "mariadb-10.11-mixed.000001").read_bytes()
+NAME = "mysql-bin.000001"
+
+
+def _events(data: bytes) -> list[tuple[int, bytes]]:
+    out, offset = [], 4
+    while offset < len(data):
+        length = struct.unpack_from("<I", data, offset + 9)[0]
+        out.append((offset, data[offset : offset + length]))
+        offset += length
+    return out
+
+
+def _group_ends(data: bytes) -> list[int]:
+    tracker = GroupTracker()
+    return [offset + len(event) for offset, event in _events(data) if tracker.ends_group(event[4], event)]
+
+
+def _store_whole_file(data_dir: Path, sync: str = "commit") -> RelayLog:
+    relay_log = RelayLog(data_dir, sync=sync)
+    relay_log.open()
+    chunks = [memoryview(event) for _, event in _events(BINLOG)]
+    ends = _group_ends(BINLOG)
+    last_start = max(offset for offset, event in _events(BINLOG) if offset + len(event) == ends[-1])
+    relay_log.apply([Segment(NAME, 4, chunks, len(BINLOG) - 4, ends[-1], last_start, new_file=True)])
+    return relay_log
+
+
+@pytest.mark.parametrize("sync", ["commit", "interval", "none"])
+def test_segments_are_stored_byte_for_byte(tmp_path, sync):
+    relay_log = _store_whole_file(tmp_path, sync)
+    assert relay_log.committed == (NAME, len(BINLOG))
+    relay_log.close()
+    assert (tmp_path / NAME).read_bytes() == BINLOG
+    assert read_index(tmp_path) == [NAME]
+    assert (tmp_path / "binlog.index").read_text() == f"./{NAME}\n"
+
+
+def test_second_relay_on_same_data_dir_is_refused(tmp_path):
+    relay_log = _store_whole_file(tmp_path)
+    with pytest.raises(DataDirError, match="in use"):
+        RelayLog(tmp_path).open()
+    relay_log.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(cut=st.integers(min_value=4, max_value=len(BINLOG)))
+def test_recovery_cuts_to_the_last_group_end(tmp_path_factory, cut):
+    data_dir = tmp_path_factory.mktemp("rl")
+    _store_whole_file(data_dir).close()
+    (data_dir / "relay-state.json").unlink()  # worst case: no checkpoint, scan the whole file
+    with open(data_dir / NAME, "r+b") as binlog:
+        binlog.truncate(cut)
+    relay_log = RelayLog(data_dir)
+    relay_log.open()
+    expected = max([end for end in _group_ends(BINLOG) if end <= cut], default=4)
+    assert relay_log.committed == (NAME, expected)
+    assert (data_dir / NAME).read_bytes() == BINLOG[:expected]
+    resume = relay_log.resume_point()
+    if expected > 4:
+        assert BINLOG[resume.request_position : expected] == resume.last_event
+    relay_log.close()
+
+
+def test_recovery_stops_at_a_corrupt_event(tmp_path):
+    _store_whole_file(tmp_path).close()
+    (tmp_path / "relay-state.json").unlink()
+    ends = _group_ends(BINLOG)
+    damaged = bytearray(BINLOG)
+    damaged[ends[3] + 20] ^= 0xFF  # inside the event that follows the 4th group end
+    (tmp_path / NAME).write_bytes(bytes(damaged))
+    relay_log = RelayLog(tmp_path)
+    relay_log.open()
+    assert relay_log.committed == (NAME, ends[3])
+    relay_log.close()
+
+
+def test_uncommitted_tail_is_discarded(tmp_path):
+    relay_log = RelayLog(tmp_path)
+    relay_log.open()
+    events = _events(BINLOG)
+    ends = _group_ends(BINLOG)
+    # write up to the middle of the group after ends[2]
+    cut = next(offset for offset, _ in events if offset > ends[2] + 1)
+    chunks = [memoryview(e) for o, e in events if o < cut]
+    relay_log.apply([Segment(NAME, 4, chunks, cut - 4, ends[2],
+                             max(o for o, e in events if o + len(e) == ends[2]), new_file=True)])
+    assert relay_log.committed == (NAME, ends[2])
+    relay_log.discard_uncommitted()
+    relay_log.close()
+    assert (tmp_path / NAME).read_bytes() == BINLOG[: ends[2]]
+
+
+def test_missing_indexed_file_is_an_error(tmp_path):
+    _store_whole_file(tmp_path).close()
+    (tmp_path / "binlog.index").write_text(f"./mysql-bin.000000\n./{NAME}\n")
+    with pytest.raises(DataDirError, match="missing"):
+        RelayLog(tmp_path).open()
+
+
+def test_append_at_wrong_offset_is_refused(tmp_path):
+    relay_log = _store_whole_file(tmp_path)
+    with pytest.raises(DataDirError, match="does not continue"):
+        relay_log.apply([Segment(NAME, len(BINLOG) + 10, [memoryview(b"x" * 19)], 19, None)])
+    relay_log.close()
+    assert ev.BINLOG_MAGIC == (tmp_path / NAME).read_bytes()[:4]
