@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
+import signal
 import sys
 
 import trio
@@ -35,11 +36,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args.config)
     setup_logging(config.logging.level, config.logging.format)
     try:
+        # Until trio takes over the signals, a SIGTERM simply ends the process cleanly.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
         trio.run(run_until_signalled, config)
     except (DataDirError, FatalIngestError, StreamError) as err:
         logging.getLogger("relay").error("%s", err)
         return 1
     return 0
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -1,0 +1,165 @@
+"""Upstream ingest against a real MariaDB 10.11 primary: the relay's files mirror the primary's."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.mariadb import MariaDB, wait_for
+from tests.support.proxy import CuttableProxy
+from tests.support.relay import RelayProcess, mirror_differences, relay_config, wait_for_mirror
+
+
+def _relay(tmp_path: Path, upstream_port: int, **overrides) -> RelayProcess:
+    relay = RelayProcess(tmp_path, relay_config(tmp_path / "data", upstream_port, **overrides))
+    relay.start()
+    return relay
+
+
+def _mixed_workload(primary: MariaDB) -> None:
+    primary.execute_many([
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.items (id INT PRIMARY KEY AUTO_INCREMENT, name VARCHAR(100), qty INT,"
+        " note TEXT) ENGINE=InnoDB",
+        "CREATE TABLE shop.blobs (id INT PRIMARY KEY, data LONGBLOB) ENGINE=InnoDB",
+        "INSERT INTO shop.items (name, qty, note) VALUES ('a', 1, 'x'), ('b', 2, NULL), ('c', 3, 'z')",
+    ])
+    for batch in range(12):  # ~12 x 60 KB of row events: rotations at max_binlog_size=64K
+        primary.sql("INSERT INTO shop.items (name, qty, note) SELECT CONCAT('n', seq), seq, REPEAT('r', 200)"
+                    f" FROM shop.seq_1_to_250")
+        if batch == 6:
+            primary.sql("FLUSH BINARY LOGS")
+    primary.execute_many(
+        ["BEGIN"] + [f"UPDATE shop.items SET qty = qty + {i} WHERE id % 7 = {i % 7}" for i in range(30)]
+        + ["DELETE FROM shop.items WHERE id % 11 = 0", "COMMIT"])
+    primary.sql("INSERT INTO shop.blobs VALUES (1, REPEAT('b', 20 * 1024 * 1024))")
+    primary.execute_many(["ALTER TABLE shop.items ADD COLUMN extra INT DEFAULT 7",
+                          "UPDATE shop.items SET extra = id WHERE id < 100",
+                          "DELETE FROM shop.items WHERE id > 2500"])
+
+
+def test_mixed_workload_is_mirrored_byte_for_byte(mariadb_factory, tmp_path):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=65536"])
+    live = _relay(tmp_path / "live", primary.port)
+    try:
+        _mixed_workload(primary)
+        assert len(primary.binlog_files()) >= 7  # at least 5 rotations plus FLUSH BINARY LOGS
+        wait_for_mirror(primary, live, timeout=90)
+        # a relay started afterwards catches up from the primary's files just the same
+        late = _relay(tmp_path / "late", primary.port)
+        try:
+            wait_for_mirror(primary, late, timeout=90)
+        finally:
+            assert late.stop() == 0
+    finally:
+        assert live.stop() == 0
+    assert "Traceback" not in live.log_text()
+
+
+class _WriteLoad:
+    """Transactions of a few rows, one after another, until stopped."""
+
+    def __init__(self, primary: MariaDB) -> None:
+        self.primary = primary
+        self.commits = 0
+        self._stop = threading.Event()
+        primary.execute_many(["CREATE DATABASE IF NOT EXISTS loadtest",
+                              "CREATE TABLE IF NOT EXISTS loadtest.t (id INT PRIMARY KEY AUTO_INCREMENT,"
+                              " v VARCHAR(255), n INT)"])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        conn = self.primary.connect()
+        with conn.cursor() as cur:
+            while not self._stop.is_set():
+                cur.execute("BEGIN")
+                for _ in range(3):
+                    cur.execute("INSERT INTO loadtest.t (v, n) VALUES (REPEAT('v', 200), 1)")
+                cur.execute("UPDATE loadtest.t SET n = n + 1 WHERE id = LAST_INSERT_ID()")
+                cur.execute("COMMIT")
+                self.commits += 1
+        conn.close()
+
+    def __enter__(self) -> _WriteLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def test_kill_9_at_random_moments_loses_and_doubles_nothing(mariadb_factory, tmp_path):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
+    relay = _relay(tmp_path, primary.port)
+    rng = random.Random(20261122)
+    try:
+        with _WriteLoad(primary) as load:
+            for _ in range(10):
+                time.sleep(rng.uniform(0.3, 1.2))  # a random moment to crash at, not a wait for a condition
+                relay.kill9()
+                relay.start()
+        assert load.commits > 100
+        wait_for_mirror(primary, relay, timeout=120)
+        assert primary.sql("SELECT COUNT(*) FROM loadtest.t")[0][0] == 3 * load.commits
+    finally:
+        relay.stop()
+    assert relay.log_text().count("binlog-relay running") == 11
+
+
+def test_upstream_cut_mid_transaction_and_primary_restart(mariadb_factory, tmp_path):
+    primary = mariadb_factory(server_id=1)
+    proxy = CuttableProxy(primary.port)
+    relay = _relay(tmp_path, proxy.port)
+    try:
+        primary.execute_many(["CREATE DATABASE big", "CREATE TABLE big.t (id INT PRIMARY KEY, v TEXT)"])
+        wait_for_mirror(primary, relay)
+        start_size = primary.binlog_files()[-1][1]
+        # one ~8 MB transaction; cut the stream 4 MB into it
+        proxy.cut_after = 4 * 1024 * 1024
+        primary.execute_many(["BEGIN"] + [
+            f"INSERT INTO big.t SELECT seq + {k * 1000}, REPEAT('x', 1000) FROM big.seq_1_to_1000" for k in range(8)
+        ] + ["COMMIT"])
+        assert primary.binlog_files()[-1][1] - start_size > 8 * 1000 * 1000
+        wait_for(lambda: proxy.cuts == 1, 30, "the proxy never cut the stream")
+        wait_for_mirror(primary, relay)
+        assert proxy.connections >= 2
+        assert "reconnecting" in relay.log_text()
+        primary.restart()
+        primary.sql("INSERT INTO big.t VALUES (999999, 'after restart')")
+        wait_for_mirror(primary, relay)
+        assert len(primary.binlog_files()) == 2  # the restart opened a new binlog file
+    finally:
+        relay.stop()
+        proxy.close()
+
+
+def test_wrong_password_is_reported_and_retried(mariadb_factory, tmp_path):
+    primary = mariadb_factory(server_id=1)
+    relay = _relay(tmp_path, primary.port, upstream={"host": "127.0.0.1", "port": primary.port, "user": "repl",
+                                                    "password": "not-the-password",
+                                                    "reconnect": {"initial_delay": 0.1, "max_delay": 0.4}})
+    try:
+        wait_for(lambda: relay.log_text().count("Access denied") >= 3, 30, "no repeated access-denied errors")
+        assert relay.alive()
+        assert "not-the-password" not in relay.log_text()
+    finally:
+        assert relay.stop() == 0
+
+
+def test_data_dir_of_another_primary_is_refused(mariadb_factory, tmp_path):
+    first = mariadb_factory(server_id=1)
+    second = mariadb_factory(server_id=2)
+    first.sql("CREATE DATABASE a")
+    relay = _relay(tmp_path, first.port)
+    wait_for_mirror(first, relay)
+    relay.stop()
+    relay.config["upstream"]["port"] = second.port
+    relay.start()
+    assert relay.proc.wait(30) == 1
+    assert "refusing to mix two binlog histories" in relay.log_text()
+    assert not mirror_differences(first, relay.data_dir)

@@ -1,0 +1,147 @@
+"""The relay as the tests run it: the real `binlog-relay run` in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .mariadb import MariaDB, free_port, wait_for
+
+IN_USE_FLAG_OFFSET = 4 + 17  # the FDE's flags byte in a binlog file
+
+
+def relay_config(data_dir: Path, upstream_port: int, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "server_id": 1001,
+        "data_dir": str(data_dir),
+        "upstream": {"host": "127.0.0.1", "port": upstream_port, "user": "repl", "password": "replpass",
+                     "heartbeat_period": 1.0, "reconnect": {"initial_delay": 0.1, "max_delay": 1.0}},
+        "listen": {"host": "127.0.0.1", "port": 0},
+        "metrics": {"host": "127.0.0.1", "port": 0},
+        "storage": {"sync": "commit"},
+        "logging": {"level": "INFO"},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    return config
+
+
+class RelayProcess:
+    def __init__(self, work_dir: Path, config: dict[str, Any]) -> None:
+        self.work_dir = work_dir
+        self.config = config
+        self.data_dir = Path(config["data_dir"])
+        self.config_path = work_dir / "relay.yaml"
+        self.log_path = work_dir / "relay.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "relay.cli", "run", "--config", str(self.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if not self.alive():
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        return self.proc.wait(timeout)  # type: ignore[union-attr]
+
+    def kill9(self) -> None:
+        if self.alive():
+            self.proc.kill()  # type: ignore[union-attr]
+            self.proc.wait(10)  # type: ignore[union-attr]
+
+    def peak_rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmHWM in /proc status")
+
+    def stored_files(self) -> list[str]:
+        index = self.data_dir / "binlog.index"
+        if not index.exists():
+            return []
+        return [Path(line).name for line in index.read_text().splitlines() if line.strip()]
+
+
+def mirror_differences(primary: MariaDB, data_dir: Path) -> list[str]:
+    """What differs between the primary's binlogs and the relay's copies (empty = a mirror).
+
+    Closed files must be identical; the active file may differ in the FDE's in-use flag only."""
+    problems = []
+    primary_files = [name for name, _ in primary.binlog_files()]
+    index = data_dir / "binlog.index"
+    stored = [Path(l).name for l in index.read_text().splitlines() if l.strip()] if index.exists() else []
+    if stored != primary_files:
+        problems.append(f"index {stored} != primary {primary_files}")
+    for position, name in enumerate(primary_files):
+        theirs = primary.binlog_path(name).read_bytes()
+        path = data_dir / name
+        if not path.exists():
+            problems.append(f"{name} missing")
+            continue
+        ours = path.read_bytes()
+        if position == len(primary_files) - 1 and len(ours) == len(theirs) > IN_USE_FLAG_OFFSET:
+            theirs = _clear_in_use(theirs)
+            ours = _clear_in_use(ours)
+        if ours != theirs:
+            problems.append(f"{name}: {len(ours)} bytes stored, {len(theirs)} on the primary, "
+                            f"first difference at {_first_difference(ours, theirs)}")
+    return problems
+
+
+def _clear_in_use(data: bytes) -> bytes:
+    raw = bytearray(data)
+    raw[IN_USE_FLAG_OFFSET] &= 0xFE
+    return bytes(raw)
+
+
+def _first_difference(left: bytes, right: bytes) -> int:
+    for offset, (a, b) in enumerate(zip(left, right)):
+        if a != b:
+            return offset
+    return min(len(left), len(right))
+
+
+def wait_for_mirror(primary: MariaDB, relay: RelayProcess, timeout: float = 60.0) -> None:
+    last: list[str] = []
+
+    def mirrored() -> bool:
+        nonlocal last
+        if not relay.alive():
+            raise AssertionError(f"the relay exited ({relay.proc.returncode}):\n{relay.log_text()[-3000:]}")
+        last = mirror_differences(primary, relay.data_dir)
+        return not last
+
+    try:
+        wait_for(mirrored, timeout, "relay did not become a mirror of the primary")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {last}\nrelay log:\n{relay.log_text()[-3000:]}") from None
+
+
+
