@@ -403,7 +403,8 @@ _BINLOG_NAME = r"[^/\\\s]+\.[0-9]{6,}"
 class StartPosition:
     file: str = _opt(_Str("binlog file name", _BINLOG_NAME, "a binlog file name like 'mysql-bin.000001'"),
                      "Binlog file to start from, e.g. mysql-bin.000001.")
-    position: int = _opt(_Int(4, MAX_UINT32), "Byte offset in that file (4 = its first event).", 4)
+    position: int = _opt(_Int(4, 4), "Must be 4: stored files are whole copies of the primary's, "
+                         "from their first event.", 4)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -435,7 +436,8 @@ class UpstreamConfig:
                                        "Where a fresh data_dir begins; default: the primary's first binlog.",
                                        None, nullable=True)
     ignore_server_ids: tuple[int, ...] = _opt(_IntList(_Int(0, MAX_UINT32)),
-                                              "Server ids whose events the primary should not send.", ())
+                                              "Groups written by these server ids are not served to "
+                                              "replicas (loop filter; storage keeps them).", ())
     heartbeat_period: float = _opt(_Seconds(4294967), "Heartbeat interval the primary is asked for.", 15.0)
     connect_timeout: float = _opt(_Seconds(), "Timeout for connecting and logging in.", 10.0)
     reconnect: ReconnectConfig = _section(ReconnectConfig, "Reconnect back-off.")

@@ -13,84 +13,9 @@
 # Env: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-PYTHON=${PYTHON:-python3}
-MARIADB_PROGRAMS=(mariadbd mariadb-install-db mariadb mariadb-binlog)
-MARIADB_PACKAGES=(mariadb-server mariadb-client)
-POLICY_RC=/usr/sbin/policy-rc.d
-
-log() { echo "test.sh: $*" >&2; }
-
-# mariadbd lives in /usr/sbin, which is not on every user's PATH.
-have() { command -v "$1" > /dev/null 2>&1 || [[ -x /usr/sbin/$1 ]]; }
-
-missing_mariadb() {
-  local p
-  for p in "${MARIADB_PROGRAMS[@]}"; do have "$p" || echo "$p"; done
-}
-
-# invoke-rc.d and deb-systemd-invoke ask policy-rc.d whether a package may start its
-# service; exit 101 = no. Containers usually have one already; a plain machine does not.
-# Returns 0 if it created the file (then the caller removes it with allow_service_starts).
-deny_service_starts() {
-  [[ -e $POLICY_RC ]] && return 1
-  printf '#!/bin/sh\n# temporary, from binlog-relay scripts/test.sh\nexit 101\n' > "$POLICY_RC"
-  chmod 755 "$POLICY_RC"
-  trap 'rm -f "$POLICY_RC"' EXIT  # also when apt-get fails
-}
-
-allow_service_starts() { rm -f "$POLICY_RC"; trap - EXIT; }
-
-install_mariadb() {
-  local missing
-  missing=$(missing_mariadb | tr '\n' ' ')
-  [[ -z $missing ]] && return 0
-  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
-    log "missing MariaDB programs: $missing"
-    log "install them, then run this again:  sudo apt-get install -y ${MARIADB_PACKAGES[*]}"
-    exit 1
-  fi
-  log "installing ${MARIADB_PACKAGES[*]} (missing: $missing)"
-  local created_policy=no
-  deny_service_starts && created_policy=yes
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${MARIADB_PACKAGES[@]}"
-  [[ $created_policy == no ]] || allow_service_starts
-  missing=$(missing_mariadb | tr '\n' ' ')
-  [[ -z $missing ]] || { log "still missing after apt-get install: $missing"; exit 1; }
-}
-
-# True when this checkout is installed editable, no older than pyproject.toml, and every
-# requirement of the project and its test extra is satisfied: then pip (5 s) is skipped.
-python_deps_current() {
-  # -P: not the cwd first on sys.path, where a stale binlog_relay.egg-info may lie.
-  "$PYTHON" -P - > /dev/null 2>&1 <<'PY'
-import json, pathlib, tomllib
-from importlib import metadata
-from packaging.requirements import Requirement
-
-root = pathlib.Path.cwd()
-pyproject = root / "pyproject.toml"
-project = tomllib.loads(pyproject.read_text())["project"]
-dist = metadata.distribution(project["name"])
-direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
-# A clone elsewhere (CI) or an edited pyproject.toml needs a fresh install.
-assert direct_url.get("url") == root.as_uri() and direct_url["dir_info"]["editable"]
-assert dist.version == project["version"]
-meta = next(f for f in dist.files if f.name == "METADATA").locate()
-assert pathlib.Path(meta).stat().st_mtime >= pyproject.stat().st_mtime
-for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
-    req = Requirement(spec)
-    if req.marker is None or req.marker.evaluate():
-        assert req.specifier.contains(metadata.version(req.name), prereleases=True), spec
-PY
-}
-
-install_python_deps() {
-  python_deps_current && return 0
-  "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[test]'
-}
+# shellcheck source=scripts/setup.sh
+source scripts/setup.sh
 
 install_mariadb
-install_python_deps
+install_python_deps '.[test]'
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"
