@@ -312,5 +312,6 @@ class Upstream:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, trio.TooSlowError):
         return "timed out connecting"
-    text = str(exc) or type(exc).__name__
-    return text
+    if isinstance(exc, trio.BrokenResourceError) and isinstance(exc.__cause__, ssl.SSLError):
+        return f"TLS with the primary failed: {exc.__cause__}"
+    return str(exc) or type(exc).__name__
