@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .packets import ProtocolError, lenenc_str, parse_err, read_nul_str
+from .packets import ProtocolError, lenenc_str, parse_err, read_lenenc_int, read_lenenc_str, read_nul_str
 
 CLIENT_LONG_PASSWORD = 1
 CLIENT_LONG_FLAG = 1 << 2
@@ -112,3 +112,90 @@ def client_capabilities() -> int:
             | CLIENT_SECURE_CONNECTION | CLIENT_MULTI_RESULTS | CLIENT_PLUGIN_AUTH
             | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
 
+
+
+# ------------------------------------------------------------ the server's side
+
+CLIENT_FOUND_ROWS = 2
+SERVER_STATUS_AUTOCOMMIT = 0x0002
+
+# PROTOCOL.md 2.1: what the relay offers as a server. No DEPRECATE_EOF (PyMySQL lacks it),
+# no QUERY_ATTRIBUTES, COMPRESS or SESSION_TRACK.  SSL is added when TLS is configured.
+SERVER_CAPABILITIES = (CLIENT_LONG_PASSWORD | CLIENT_FOUND_ROWS | CLIENT_LONG_FLAG | CLIENT_CONNECT_WITH_DB
+                       | CLIENT_PROTOCOL_41 | CLIENT_TRANSACTIONS | CLIENT_SECURE_CONNECTION
+                       | CLIENT_MULTI_RESULTS | CLIENT_PLUGIN_AUTH | CLIENT_CONNECT_ATTRS
+                       | CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA)
+
+
+def build_greeting(server_version: str, connection_id: int, scramble: bytes, capabilities: int,
+                   auth_plugin: str, charset: int = CHARSET_UTF8MB4_GENERAL_CI,
+                   status: int = SERVER_STATUS_AUTOCOMMIT) -> bytes:
+    if len(scramble) != 20:
+        raise ValueError("the scramble must be 20 bytes")
+    return b"".join([
+        b"\x0a", server_version.encode("utf-8"), b"\x00",
+        struct.pack("<I", connection_id), scramble[:8], b"\x00",
+        struct.pack("<HBHHB", capabilities & 0xFFFF, charset, status, capabilities >> 16, 21),
+        bytes(10),  # reserved; MariaDB reads extended caps here only when bit 0 is clear
+        scramble[8:], b"\x00", auth_plugin.encode("ascii"), b"\x00",
+    ])
+
+
+@dataclass(frozen=True)
+class HandshakeResponse:
+    capabilities: int
+    max_packet: int
+    charset: int
+    user: str
+    auth_response: bytes
+    database: str | None
+    auth_plugin: str
+    attributes: tuple[tuple[str, str], ...]
+
+
+def is_ssl_request(payload: memoryview | bytes) -> bool:
+    return len(payload) == 32 and bool(struct.unpack_from("<I", payload, 0)[0] & CLIENT_SSL)
+
+
+def parse_handshake_response(payload: memoryview | bytes) -> HandshakeResponse:
+    data = bytes(payload)
+    if len(data) < 33:
+        raise ProtocolError(f"handshake response too short ({len(data)} bytes)")
+    capabilities, max_packet, charset = struct.unpack_from("<IIB", data, 0)
+    if not capabilities & CLIENT_PROTOCOL_41:
+        raise ProtocolError("clients older than protocol 4.1 are not supported")
+    user, pos = read_nul_str(data, 32)
+    if capabilities & CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA:
+        token, pos = read_lenenc_str(data, pos)
+        token = token or b""
+    elif capabilities & CLIENT_SECURE_CONNECTION:
+        length = data[pos] if pos < len(data) else 0
+        token, pos = data[pos + 1 : pos + 1 + length], pos + 1 + length
+    else:
+        token, pos = read_nul_str(data, pos)
+    database = None
+    if capabilities & CLIENT_CONNECT_WITH_DB and pos < len(data):
+        raw_db, pos = read_nul_str(data, pos)
+        database = raw_db.decode("utf-8", "replace") or None
+    plugin = ""
+    if capabilities & CLIENT_PLUGIN_AUTH and pos < len(data):
+        raw_plugin, pos = read_nul_str(data, pos)
+        plugin = raw_plugin.decode("ascii", "replace")
+    attributes = _read_attributes(data, pos) if capabilities & CLIENT_CONNECT_ATTRS and pos < len(data) else ()
+    return HandshakeResponse(capabilities, max_packet, charset, user.decode("utf-8", "replace"), token,
+                             database, plugin, attributes)
+
+
+def _read_attributes(data: bytes, pos: int) -> tuple[tuple[str, str], ...]:
+    total, pos = read_lenenc_int(data, pos)
+    end = pos + (total or 0)
+    pairs = []
+    while pos < end:
+        key, pos = read_lenenc_str(data, pos)
+        value, pos = read_lenenc_str(data, pos)
+        pairs.append(((key or b"").decode("utf-8", "replace"), (value or b"").decode("utf-8", "replace")))
+    return tuple(pairs)
+
+
+def build_auth_switch(plugin: str, scramble: bytes) -> bytes:
+    return b"\xfe" + plugin.encode("ascii") + b"\x00" + scramble + b"\x00"

@@ -1,0 +1,290 @@
+"""The SQL a replica or a binlog client sends, answered without a database (PROTOCOL.md 3).
+
+``answer(sql, session, server)`` returns a reply: rows, OK, or an error a real primary
+would give.  Pure functions over strings; the session object holds the user variables.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+ER_UNKNOWN_SYSTEM_VARIABLE = 1193
+ER_NOT_SUPPORTED_YET = 1235
+ER_PARSE_ERROR = 1064
+
+
+@dataclass(frozen=True)
+class Rows:
+    columns: tuple[str, ...]
+    rows: tuple[tuple[object, ...], ...]
+
+
+@dataclass(frozen=True)
+class Ok:
+    pass
+
+
+@dataclass(frozen=True)
+class Error:
+    code: int
+    message: str
+    sqlstate: str = "HY000"
+
+
+Reply = Rows | Ok | Error
+
+
+@dataclass
+class SessionVariables:
+    """User variables of one connection (SET @a = ...), lower-cased names."""
+
+    values: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What the relay says about itself; callables give live values."""
+
+    version: str
+    server_id: int
+    server_uuid: str
+    binlog_checksum: str  # 'CRC32' or 'NONE', the upstream's
+    is_mariadb: bool
+    gtid_domain_id: int
+    master_status: Callable[[], tuple[str, int, str]]  # file, position, executed GTID set
+    binary_logs: Callable[[], list[tuple[str, int]]]
+    slave_hosts: Callable[[], list[tuple[int, str, int, int]]]  # server_id, host, port, master_id
+    binlog_gtid_pos: Callable[[str, int], str | None]
+    gtid_binlog_pos: Callable[[], str]
+
+
+def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
+    return Rows(columns, tuple(rows))
+
+
+# System variables replicas and tools ask for, by lower-case name.
+def _system_variables(server: ServerFacts) -> dict[str, object]:
+    gtid = server.gtid_binlog_pos() if server.is_mariadb else ""
+    return {
+        "version": server.version,
+        "server_id": server.server_id,
+        "server_uuid": server.server_uuid,
+        "binlog_checksum": server.binlog_checksum,
+        "gtid_domain_id": server.gtid_domain_id,
+        "gtid_mode": "OFF" if server.is_mariadb else "ON",
+        "gtid_binlog_pos": gtid,
+        "gtid_current_pos": gtid,
+        "gtid_slave_pos": "",
+        "gtid_strict_mode": 0,
+        "log_bin": "ON",
+        "binlog_format": "ROW",
+        "binlog_row_image": "FULL",
+        "binlog_row_metadata": "FULL",
+        "max_allowed_packet": 1 << 30,
+        "version_comment": "binlog-relay",
+        "hostname": "binlog-relay",
+        "port": 3306,
+        "time_zone": "SYSTEM",
+        "system_time_zone": "UTC",
+        "lower_case_table_names": 0,
+        "sql_mode": "",
+        "autocommit": 1,
+        "character_set_server": "utf8mb4",
+        "collation_server": "utf8mb4_general_ci",
+        "character_set_client": "utf8mb4",
+        "character_set_connection": "utf8mb4",
+        "character_set_results": "utf8mb4",
+        "net_write_timeout": 60,
+        "wait_timeout": 28800,
+        "interactive_timeout": 28800,
+        "transaction_isolation": "REPEATABLE-READ",
+        "tx_isolation": "REPEATABLE-READ",
+        "log_slave_updates": "ON",
+        "read_only": "ON",
+    }
+
+
+_SET_ASSIGNMENT = re.compile(r"\s*(@@(?:global\.|session\.|local\.)?|@)?([A-Za-z_][\w.$]*)\s*(?::=|=)\s*(.+)$",
+                             re.S)
+_SELECT_ITEM = re.compile(r"^(@@(?:global\.|session\.|local\.)?[\w.]+|@[\w.$]+|version\(\)|unix_timestamp\(\)|"
+                          r"-?\d+(?:\.\d+)?|'[^']*'|\"[^\"]*\"|database\(\)|user\(\)|current_user\(\)|"
+                          r"connection_id\(\)|now\(\))(?:\s+as\s+(`[^`]+`|\w+))?$", re.I)
+_BINLOG_GTID_POS = re.compile(r"^select\s+binlog_gtid_pos\(\s*'([^']*)'\s*,\s*(\d+)\s*\)$", re.I)
+_SHOW_VARIABLES = re.compile(r"^show\s+(?:global\s+|session\s+)?variables(?:\s+(like|where\s+variable_name\s*=)"
+                             r"\s*'([^']*)')?$", re.I)
+
+
+def answer(sql: str, session: SessionVariables, server: ServerFacts, connection_id: int = 0,
+           user: str = "") -> Reply:
+    text = sql.strip().rstrip(";").strip()
+    lowered = " ".join(text.lower().split())
+    if not lowered:
+        return Error(1065, "Query was empty", "42000")
+    if lowered.startswith("set "):
+        return _set(text[4:], session, server)
+    if lowered.startswith("select "):
+        return _select(text[7:].strip(), session, server, connection_id, user)
+    if lowered.startswith("show "):
+        return _show(lowered, text, server)
+    if lowered in ("begin", "commit", "rollback", "start transaction") or lowered.startswith("use "):
+        return Ok()
+    if lowered.startswith("/*") and lowered.endswith("*/"):
+        return Ok()
+    return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+# ------------------------------------------------------------------ SET
+
+
+def _split_top_level(text: str, separator: str = ",") -> list[str]:
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            current.append(char)
+            if char == quote:
+                quote = ""
+            continue
+        if char in "'\"`":
+            quote = char
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == separator and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [part.strip() for part in parts if part.strip()]
+
+
+def _set(assignments: str, session: SessionVariables, server: ServerFacts) -> Reply:
+    # SET NAMES / CHARACTER SET / TRANSACTION and other session settings are accepted as is.
+    head = assignments.strip().lower()
+    if head.startswith(("names", "character set", "charset", "transaction", "session transaction")):
+        return Ok()
+    for assignment in _split_top_level(assignments):
+        match = _SET_ASSIGNMENT.match(assignment)
+        if not match:
+            return Error(ER_PARSE_ERROR, f"You have an error in your SQL syntax near '{assignment[:80]}'", "42000")
+        prefix, name, expression = match.groups()
+        if prefix == "@":
+            value = _evaluate(expression.strip(), session, server)
+            if isinstance(value, Error):
+                return value
+            session.values[name.lower()] = value
+        # SET [GLOBAL|SESSION] system_var = ...: accepted and ignored (autocommit, sql_mode,
+        # skip_replication, net timeouts...): a relay has no session state they would change.
+    return Ok()
+
+
+_UNSET = object()
+
+
+def _evaluate(expression: str, session: SessionVariables, server: ServerFacts) -> object:
+    lowered = expression.lower()
+    if lowered == "null":
+        return None
+    if re.fullmatch(r"-?\d+", expression):
+        return int(expression)
+    if re.fullmatch(r"-?\d+\.\d+", expression):
+        return float(expression)
+    if len(expression) >= 2 and expression[0] == expression[-1] and expression[0] in "'\"":
+        return expression[1:-1].replace("\\'", "'").replace("''", "'")
+    if lowered.startswith("@@"):
+        value = _system_variable(lowered, server)
+        return value if value is not _UNSET else Error(
+            ER_UNKNOWN_SYSTEM_VARIABLE, f"Unknown system variable '{_variable_name(lowered)}'")
+    if lowered.startswith("@"):
+        return session.values.get(lowered[1:])
+    if lowered in ("unix_timestamp()", "now()"):
+        return int(time.time())
+    return Error(ER_PARSE_ERROR, f"binlog-relay cannot evaluate '{expression[:80]}'", "42000")
+
+
+def _variable_name(reference: str) -> str:
+    name = reference.lstrip("@")
+    for scope in ("global.", "session.", "local."):
+        if name.startswith(scope):
+            return name[len(scope):]
+    return name
+
+
+def _system_variable(reference: str, server: ServerFacts) -> object:
+    return _system_variables(server).get(_variable_name(reference), _UNSET)
+
+
+# ------------------------------------------------------------------ SELECT
+
+
+def _select(items: str, session: SessionVariables, server: ServerFacts, connection_id: int, user: str) -> Reply:
+    gtid_pos = _BINLOG_GTID_POS.match("select " + items)
+    if gtid_pos:
+        value = server.binlog_gtid_pos(gtid_pos.group(1), int(gtid_pos.group(2)))
+        return _rows((f"binlog_gtid_pos('{gtid_pos.group(1)}',{gtid_pos.group(2)})",), (value,))
+    if " from " in f" {items.lower()} ":
+        return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: SELECT {items[:200]}",
+                     "42000")
+    columns, values = [], []
+    for item in _split_top_level(items):
+        match = _SELECT_ITEM.match(item)
+        if not match:
+            return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: SELECT {items[:200]}",
+                         "42000")
+        expression, alias = match.groups()
+        value = _select_value(expression, session, server, connection_id, user)
+        if isinstance(value, Error):
+            return value
+        columns.append(alias.strip("`") if alias else expression)
+        values.append(value)
+    return _rows(tuple(columns), tuple(values))
+
+
+def _select_value(expression: str, session: SessionVariables, server: ServerFacts, connection_id: int,
+                  user: str) -> object:
+    lowered = expression.lower()
+    if lowered == "version()":
+        return server.version
+    if lowered == "connection_id()":
+        return connection_id
+    if lowered in ("user()", "current_user()"):
+        return f"{user}@%"
+    if lowered == "database()":
+        return None
+    return _evaluate(expression, session, server)
+
+
+# ------------------------------------------------------------------ SHOW
+
+
+def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
+    if lowered in ("show master status", "show binary log status"):
+        name, position, gtid = server.master_status()
+        columns = ("File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB")
+        if not server.is_mariadb:
+            return _rows(columns + ("Executed_Gtid_Set",), (name, position, "", "", gtid))
+        return _rows(columns, (name, position, "", ""))
+    if lowered in ("show binary logs", "show master logs"):
+        return Rows(("Log_name", "File_size"), tuple(server.binary_logs()))
+    if lowered in ("show slave hosts", "show replicas", "show replica hosts"):
+        return Rows(("Server_id", "Host", "Port", "Master_id"), tuple(server.slave_hosts()))
+    match = _SHOW_VARIABLES.match(" ".join(text.split()))
+    if match:
+        return _show_variables(match.group(1), match.group(2), server)
+    return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+def _show_variables(kind: str | None, pattern: str | None, server: ServerFacts) -> Rows:
+    variables = _system_variables(server)
+    if pattern is None:
+        selected = sorted(variables.items())
+    else:
+        regex = re.compile("^" + re.escape(pattern.lower()).replace("%", ".*").replace("_", ".") + "$")
+        if kind and kind.lower().startswith("where"):
+            regex = re.compile("^" + re.escape(pattern.lower()) + "$")
+        selected = sorted((name, value) for name, value in variables.items() if regex.match(name))
+    return Rows(("Variable_name", "Value"), tuple((name, value) for name, value in selected))

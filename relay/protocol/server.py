@@ -1,0 +1,367 @@
+"""Sans-IO MySQL server connection: the relay's side toward downstream clients.
+
+Like ``client.ClientConnection``: the I/O loop feeds ``receive_data``, sends
+``data_to_send``, and acts on ``next_event``.  Authentication is decided here from the
+credentials a ``lookup_user`` callable returns; commands come out as events and the
+session answers with ``send_ok`` / ``send_error`` / ``send_result_set`` / ``send_events``.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import auth
+from .handshake import (
+    CLIENT_SSL,
+    SERVER_CAPABILITIES,
+    build_auth_switch,
+    build_greeting,
+    is_ssl_request,
+    parse_handshake_response,
+)
+from .packets import MAX_CHUNK, PacketReader, ProtocolError, build_eof, build_err, build_ok, frame
+from .resultset import build_result_set
+
+COM_QUIT = 0x01
+COM_INIT_DB = 0x02
+COM_QUERY = 0x03
+COM_PING = 0x0E
+COM_BINLOG_DUMP = 0x12
+COM_REGISTER_SLAVE = 0x15
+COM_BINLOG_DUMP_GTID = 0x1E
+
+ER_CON_COUNT_ERROR = 1040
+ER_ACCESS_DENIED_ERROR = 1045
+ER_UNKNOWN_COM_ERROR = 1047
+ER_HANDSHAKE_ERROR = 1043
+ER_MALFORMED_PACKET = 1835
+ER_SECURE_TRANSPORT_REQUIRED = 3159
+
+
+@dataclass(frozen=True)
+class Credentials:
+    native_hash: bytes  # SHA1(SHA1(password)), b"" for an empty password
+    sha2_hash: bytes | None = None  # SHA256(SHA256(password)) when the plaintext was configured
+
+
+class NeedData:
+    pass
+
+
+NEED_DATA = NeedData()
+
+
+@dataclass(frozen=True)
+class StartTLS:
+    """The client sent an SSLRequest: wrap the stream (server side), then call ``tls_started``."""
+
+
+@dataclass(frozen=True)
+class LoggedIn:
+    user: str
+    database: str | None
+    tls: bool
+    attributes: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class LoginRefused:
+    """An ERR was queued; flush it and close the connection."""
+
+    user: str
+    code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+
+
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+@dataclass(frozen=True)
+class InitDB:
+    database: str
+
+
+@dataclass(frozen=True)
+class Quit:
+    pass
+
+
+@dataclass(frozen=True)
+class RegisterSlave:
+    server_id: int
+    host: str
+    user: str
+    port: int
+
+
+@dataclass(frozen=True)
+class BinlogDump:
+    file: str
+    position: int
+    flags: int
+    server_id: int
+
+
+@dataclass(frozen=True)
+class BinlogDumpGtid:
+    file: str
+    position: int
+    flags: int
+    server_id: int
+    gtid_data: bytes
+
+
+@dataclass(frozen=True)
+class UnknownCommand:
+    command: int
+
+
+class _State(enum.Enum):
+    HANDSHAKE = "handshake"
+    TLS = "tls"
+    AUTH_SWITCH = "auth switch"
+    COMMAND = "command"
+    DUMPING = "dumping"
+    CLOSED = "closed"
+
+
+class ServerConnection:
+    def __init__(self, *, server_version: str, connection_id: int, peer_host: str,
+                 lookup_user: Callable[[str], Credentials | None], tls_available: bool = False,
+                 tls_required: bool = False, scramble: bytes | None = None) -> None:
+        self._lookup_user = lookup_user
+        self._peer_host = peer_host
+        self._tls_required = tls_required
+        self._tls_active = False
+        self._scramble = scramble or _new_scramble()
+        self._reader = PacketReader()
+        self._out: list[bytes] = []
+        self._seq = 0
+        self._state = _State.HANDSHAKE
+        self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
+        capabilities = SERVER_CAPABILITIES | (CLIENT_SSL if tls_available else 0)
+        self._send(build_greeting(server_version, connection_id, self._scramble, capabilities,
+                                  auth.NATIVE_PASSWORD))
+
+    # ------------------------------------------------------------ plumbing
+
+    def receive_data(self, data: bytes) -> None:
+        if self._state is _State.DUMPING:
+            return  # a dump is one-way; pymysqlreplication even sends a stray byte after it
+        self._reader.feed(data)
+
+    def data_to_send(self) -> bytes:
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
+
+    @property
+    def dumping(self) -> bool:
+        return self._state is _State.DUMPING
+
+    def _send(self, payload: bytes) -> None:
+        data, self._seq = frame(payload, self._seq)
+        self._out.append(data)
+
+    # ------------------------------------------------------------ events
+
+    def next_event(self) -> object:
+        while True:
+            if self._state in (_State.TLS, _State.DUMPING, _State.CLOSED):
+                return NEED_DATA
+            payload = self._reader.next_packet()
+            if payload is None:
+                return NEED_DATA
+            self._seq = self._reader.next_seq
+            event = self._dispatch(payload)
+            if event is not None:
+                return event
+
+    def _dispatch(self, payload: memoryview) -> object | None:
+        if self._state is _State.HANDSHAKE:
+            return self._on_handshake(payload)
+        if self._state is _State.AUTH_SWITCH:
+            return self._on_auth_switch_reply(payload)
+        return self._on_command(payload)
+
+    # ------------------------------------------------------------ login
+
+    def _on_handshake(self, payload: memoryview) -> object | None:
+        if is_ssl_request(payload) and not self._tls_active:
+            self._state = _State.TLS
+            return StartTLS()
+        if self._tls_required and not self._tls_active:
+            return self._refuse("", ER_SECURE_TRANSPORT_REQUIRED, "Connections using insecure transport are "
+                                "prohibited while --require_secure_transport=ON.", "08004")
+        try:
+            response = parse_handshake_response(payload)
+        except ProtocolError:
+            return self._refuse("", ER_HANDSHAKE_ERROR, "Bad handshake", "08S01")
+        self._pending_login = (response.user, response.database, response.attributes)
+        if response.auth_plugin == auth.NATIVE_PASSWORD or not response.auth_plugin:
+            return self._finish_login(auth.NATIVE_PASSWORD, response.auth_response)
+        if response.auth_plugin == auth.CACHING_SHA2_PASSWORD:
+            credentials = self._lookup_user(response.user)
+            if credentials is not None and credentials.sha2_hash is not None:
+                return self._finish_login(auth.CACHING_SHA2_PASSWORD, response.auth_response)
+        # Any other plugin, or sha2 without a sha2 hash: ask for mysql_native_password.
+        self._send(build_auth_switch(auth.NATIVE_PASSWORD, self._scramble))
+        self._state = _State.AUTH_SWITCH
+        return None
+
+    def tls_started(self) -> None:
+        if self._state is not _State.TLS:
+            raise ProtocolError("tls_started without StartTLS")
+        self._tls_active = True
+        self._state = _State.HANDSHAKE
+
+    def _on_auth_switch_reply(self, payload: memoryview) -> object:
+        return self._finish_login(auth.NATIVE_PASSWORD, bytes(payload))
+
+    def _finish_login(self, plugin: str, token: bytes) -> object:
+        assert self._pending_login is not None
+        user, database, attributes = self._pending_login
+        credentials = self._lookup_user(user)
+        if credentials is not None and _token_matches(plugin, token, self._scramble, credentials):
+            if plugin == auth.CACHING_SHA2_PASSWORD:
+                self._send(b"\x01\x03")  # fast authentication succeeded
+            self._send(build_ok())
+            self._state = _State.COMMAND
+            return LoggedIn(user, database, self._tls_active, attributes)
+        using = "YES" if token else "NO"
+        return self._refuse(user, ER_ACCESS_DENIED_ERROR,
+                            f"Access denied for user '{user}'@'{self._peer_host}' (using password: {using})",
+                            "28000")
+
+    def _refuse(self, user: str, code: int, message: str, sqlstate: str) -> LoginRefused:
+        self._send(build_err(code, message, sqlstate))
+        self._state = _State.CLOSED
+        return LoginRefused(user, code, message)
+
+    # ------------------------------------------------------------ commands
+
+    def _on_command(self, payload: memoryview) -> object:
+        if not payload:
+            return self._malformed()
+        command = payload[0]
+        body = bytes(payload[1:])
+        try:
+            if command == COM_QUERY:
+                return Query(body.decode("utf-8", "replace"))
+            if command == COM_PING:
+                return Ping()
+            if command == COM_QUIT:
+                self._state = _State.CLOSED
+                return Quit()
+            if command == COM_INIT_DB:
+                return InitDB(body.decode("utf-8", "replace"))
+            if command == COM_REGISTER_SLAVE:
+                return _parse_register_slave(body)
+            if command == COM_BINLOG_DUMP:
+                return _parse_binlog_dump(body)
+            if command == COM_BINLOG_DUMP_GTID:
+                return _parse_binlog_dump_gtid(body)
+        except (struct.error, IndexError, ProtocolError):
+            return self._malformed()
+        return UnknownCommand(command)
+
+    def _malformed(self) -> object:
+        self.send_error(ER_MALFORMED_PACKET, "Malformed communication packet.", "HY000")
+        return None
+
+    # ------------------------------------------------------------ replies
+
+    def send_ok(self, info: bytes = b"") -> None:
+        self._send(build_ok(info=info))
+
+    def send_error(self, code: int, message: str, sqlstate: str = "HY000") -> None:
+        self._send(build_err(code, message, sqlstate))
+
+    def send_result_set(self, columns: list[str] | tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+        for payload in build_result_set(columns, rows):
+            self._send(payload)
+
+    def start_dump(self) -> None:
+        """From now on the connection carries binlog events (``send_events``) until it closes."""
+        self._state = _State.DUMPING
+
+    def send_events(self, events: list[bytes | memoryview]) -> None:
+        """Frame each event as ``00 | event`` (one packet each, split past 16 MB)."""
+        parts = self._out
+        seq = self._seq
+        pack = _PACKET_PREFIX.pack
+        for event in events:
+            size = len(event) + 1
+            if size >= MAX_CHUNK:
+                self._seq = seq
+                self._send(b"\x00" + bytes(event))
+                seq = self._seq
+                continue
+            parts.append(pack(size | (seq << 24), 0))
+            parts.append(event)  # type: ignore[arg-type]
+            seq = (seq + 1) & 0xFF
+        self._seq = seq
+
+    def send_eof(self) -> None:
+        self._send(build_eof())
+
+    def send_dump_error(self, code: int, message: str, sqlstate: str = "HY000") -> None:
+        self._send(build_err(code, message, sqlstate))
+
+
+_PACKET_PREFIX = struct.Struct("<IB")  # u24 length + seq in one u32, then the 00 status byte
+
+
+def _new_scramble() -> bytes:
+    # 20 printable, non-zero bytes, as servers send (some clients treat 00 as a terminator).
+    return bytes(33 + b % 94 for b in os.urandom(20))
+
+
+def _token_matches(plugin: str, token: bytes, scramble: bytes, credentials: Credentials) -> bool:
+    if plugin == auth.CACHING_SHA2_PASSWORD:
+        return credentials.sha2_hash is not None and auth.caching_sha2_check(token, scramble,
+                                                                           credentials.sha2_hash)
+    return auth.native_password_check(token, scramble, credentials.native_hash)
+
+
+def _parse_register_slave(body: bytes) -> RegisterSlave:
+    server_id = struct.unpack_from("<I", body, 0)[0]
+    pos = 4
+    fields = []
+    for _ in range(3):  # host, user, password
+        length = body[pos]
+        fields.append(body[pos + 1 : pos + 1 + length].decode("utf-8", "replace"))
+        pos += 1 + length
+    port = struct.unpack_from("<H", body, pos)[0] if pos + 2 <= len(body) else 0
+    return RegisterSlave(server_id, fields[0], fields[1], port)
+
+
+def _parse_binlog_dump(body: bytes) -> BinlogDump:
+    position, flags, server_id = struct.unpack_from("<IHI", body, 0)
+    name = body[10:].split(b"\x00", 1)[0].decode("utf-8", "replace")
+    return BinlogDump(name, position, flags, server_id)
+
+
+def _parse_binlog_dump_gtid(body: bytes) -> BinlogDumpGtid:
+    flags, server_id, name_len = struct.unpack_from("<HII", body, 0)
+    pos = 10
+    name = body[pos : pos + name_len].split(b"\x00", 1)[0].decode("utf-8", "replace")
+    pos += name_len
+    position = struct.unpack_from("<Q", body, pos)[0]
+    pos += 8
+    data = b""
+    if pos + 4 <= len(body):
+        data_len = struct.unpack_from("<I", body, pos)[0]
+        data = body[pos + 4 : pos + 4 + data_len]
+    return BinlogDumpGtid(name, position, flags, server_id, data)
