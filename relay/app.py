@@ -8,6 +8,8 @@ import signal
 import trio
 
 from .config import Config
+from .downstream.listener import Downstream
+from .downstream.registry import Registry
 from .storage.relaylog import RelayLog
 from .upstream import Upstream, UpstreamSettings
 
@@ -47,10 +49,13 @@ class Relay:
         self.config = config
         self.relay_log = open_relay_log(config)
         self.upstream = Upstream(upstream_settings(config), self.relay_log)
+        self.registry = Registry()
+        self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry)
 
     async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
+                await nursery.start(self.downstream.serve)
                 nursery.start_soon(self.upstream.run)
                 nursery.start_soon(self._sync_timer)
                 task_status.started(self)
@@ -71,8 +76,9 @@ async def run_until_signalled(config: Config) -> None:
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             await nursery.start(relay.run)
-            log.info("binlog-relay running: server_id %d, data_dir %s, upstream %s:%d",
-                     config.server_id, config.data_dir, config.upstream.host, config.upstream.port)
+            log.info("binlog-relay running: server_id %d, data_dir %s, upstream %s:%d, replicas on port %d",
+                     config.server_id, config.data_dir, config.upstream.host, config.upstream.port,
+                     relay.downstream.port)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

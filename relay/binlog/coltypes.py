@@ -106,6 +106,17 @@ NUMERIC_TYPES_MYSQL = NUMERIC_TYPES_MARIADB - {YEAR}
 BINARY_CHARSET = 63
 
 
+_STRUCT_CODES = {TINY: "bB", SHORT: "hH", LONG: "iI", LONGLONG: "qQ", FLOAT: "ff",
+                 DOUBLE: "dd"}
+
+
+def struct_code(col_type: int, unsigned: bool) -> str | None:
+    """The struct format code whose value equals the decoder's, for fixed-width
+    numbers (row readers batch runs of them into one unpack_from), else None."""
+    codes = _STRUCT_CODES.get(col_type)
+    return codes[unsigned] if codes else None
+
+
 def type_name(col_type: int) -> str:
     return TYPE_NAMES.get(col_type, f"type {col_type}")
 
@@ -337,7 +348,22 @@ def _var(prefix: int, convert: Callable[[bytes], Any] | None) -> Decoder:
 
 
 def _var_text(prefix: int, codec: str) -> Decoder:
-    # The common case (utf8mb4 VARCHAR/TEXT) without the extra call of _var's convert.
+    # The common case (utf8mb4 VARCHAR/CHAR/TEXT), specialised for 1- and 2-byte length
+    # prefixes: one call per value, no convert/length_at indirection.
+    if prefix == 1:
+        def dec1(buf: bytes, pos: int) -> tuple[str, int]:
+            end = pos + 1 + buf[pos]
+            if end > len(buf):
+                _need(end, buf)
+            return buf[pos + 1:end].decode(codec), end
+        return dec1
+    if prefix == 2:
+        def dec2(buf: bytes, pos: int) -> tuple[str, int]:
+            end = pos + 2 + _u16(buf, pos)[0]
+            if end > len(buf):
+                _need(end, buf)
+            return buf[pos + 2:end].decode(codec), end
+        return dec2
     length_at = _prefix_unpacker(prefix)
 
     def dec(buf: bytes, pos: int) -> tuple[str, int]:
@@ -391,34 +417,50 @@ def decode_decimal(raw: bytes, precision: int, scale: int) -> Decimal:
     sign bit (MSB of the first byte) is set for positive numbers, and a negative
     number is stored with every bit inverted.
     """
-    size = len(raw)
+    if len(raw) != decimal_size(precision, scale):
+        raise ValueError(f"DECIMAL({precision},{scale}) needs {decimal_size(precision, scale)} "
+                         f"bytes, got {len(raw)}")
+    return _decimal_reader(precision, scale)(raw)
+
+
+def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], Decimal]:
+    """Precomputes the group layout of one DECIMAL(precision, scale)."""
+    size = decimal_size(precision, scale)
     if size == 0:
-        return Decimal(0).scaleb(-scale)
-    v = int.from_bytes(raw, "big")
-    sign_bit = 1 << (size * 8 - 1)
-    negative = not v & sign_bit
-    if negative:
-        v = ~v & ((1 << size * 8) - 1)
-    v &= ~sign_bit
-    int_digits = 0
-    frac_digits = 0
+        zero = Decimal(0).scaleb(-scale)
+        return lambda raw: zero
     intg = precision - scale
     int_bytes = intg // 9 * 4 + _DIG2BYTES[intg % 9]
+    plan = []  # (shift, mask, 10**digits, is_integer_part)
     shift = size * 8
     for nbytes, ndigits in _decimal_groups(precision, scale):
         shift -= nbytes * 8
-        g = (v >> shift) & ((1 << nbytes * 8) - 1)
-        if g >= 10 ** ndigits:
-            raise ValueError(f"corrupt DECIMAL({precision},{scale}) group {g}")
-        if int_bytes > 0:
-            int_digits = int_digits * 10 ** ndigits + g
-            int_bytes -= nbytes
+        plan.append((shift, (1 << nbytes * 8) - 1, 10 ** ndigits, shift >= (size - int_bytes) * 8))
+    sign_bit = 1 << (size * 8 - 1)
+    flip_negative = ((1 << size * 8) - 1) ^ sign_bit
+    frac_fmt = f"0{scale}d"
+
+    def read(raw: bytes) -> Decimal:
+        v = int.from_bytes(raw, "big")
+        if v & sign_bit:
+            v ^= sign_bit
+            sign = ""
         else:
-            frac_digits = frac_digits * 10 ** ndigits + g
-    sign = "-" if negative else ""
-    if scale:
-        return Decimal(f"{sign}{int_digits}.{frac_digits:0{scale}d}")
-    return Decimal(f"{sign}{int_digits}")
+            v ^= flip_negative  # inverted bits; the sign bit was 0 and stays 0
+            sign = "-"
+        int_digits = frac_digits = 0
+        for sh, mask, limit, is_int in plan:
+            g = (v >> sh) & mask
+            if g >= limit:
+                raise ValueError(f"corrupt DECIMAL({precision},{scale}) digit group {g}")
+            if is_int:
+                int_digits = int_digits * limit + g
+            else:
+                frac_digits = frac_digits * limit + g
+        if scale:
+            return Decimal(f"{sign}{int_digits}.{frac_digits:{frac_fmt}}")
+        return Decimal(f"{sign}{int_digits}")
+    return read
 
 
 def _decimal(meta: tuple[int, int]) -> Decoder:
@@ -426,12 +468,13 @@ def _decimal(meta: tuple[int, int]) -> Decoder:
     if scale > precision or precision > 65 or scale > 38:
         raise ValueError(f"bad DECIMAL metadata ({precision},{scale})")
     size = decimal_size(precision, scale)
+    read = _decimal_reader(precision, scale)
 
     def dec(buf: bytes, pos: int) -> tuple[Decimal, int]:
         end = pos + size
         if end > len(buf):
             _need(end, buf)
-        return decode_decimal(buf[pos:end], precision, scale), end
+        return read(buf[pos:end]), end
     return dec
 
 
@@ -483,7 +526,7 @@ def _date(buf: bytes, pos: int) -> tuple[_dt.date | str, int]:
 
 
 def _time_from_hms(negative: bool, h: int, mi: int, s: int, us: int) -> _dt.timedelta:
-    td = _timedelta(hours=h, minutes=mi, seconds=s, microseconds=us)
+    td = _timedelta(0, h * 3600 + mi * 60 + s, us)
     return -td if negative else td
 
 

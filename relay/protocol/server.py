@@ -173,6 +173,7 @@ class ServerConnection:
     def _send(self, payload: bytes) -> None:
         data, self._seq = frame(payload, self._seq)
         self._out.append(data)
+        self._reader.next_seq = self._seq
 
     # ------------------------------------------------------------ events
 
@@ -180,6 +181,8 @@ class ServerConnection:
         while True:
             if self._state in (_State.TLS, _State.DUMPING, _State.CLOSED):
                 return NEED_DATA
+            if self._state is _State.COMMAND:
+                self._reader.next_seq = 0  # every command starts a new sequence
             payload = self._reader.next_packet()
             if payload is None:
                 return NEED_DATA

@@ -47,3 +47,32 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
 
 def file_size(path: os.PathLike[str] | str) -> int:
     return os.stat(path).st_size
+
+
+def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:
+    """The whole events found from ``start`` within one block (at least one event if one ends
+    before ``end``, however large).  Raises BinlogFormatError for a header that cannot be right."""
+    if start + ev.HEADER_LEN > end:
+        return []
+    stream.seek(start)
+    block = memoryview(stream.read(min(block_size, end - start)))
+    events = []
+    pos = 0
+    size = len(block)
+    while pos + ev.HEADER_LEN <= size:
+        length = int.from_bytes(block[pos + 9 : pos + 13], "little")
+        if length < ev.HEADER_LEN:
+            raise ev.BinlogFormatError(f"bogus event length {length} at {start + pos}")
+        if pos + length > size:
+            break
+        events.append(block[pos : pos + length])
+        pos += length
+    if not events:
+        length = int.from_bytes(block[9:13], "little")
+        if length < ev.HEADER_LEN:
+            raise ev.BinlogFormatError(f"bogus event length {length} at {start}")
+        if start + length > end:
+            return []
+        stream.seek(start)
+        events.append(memoryview(stream.read(length)))
+    return events

@@ -1,0 +1,114 @@
+"""What a dump sends, sans-IO: the fake ROTATE and FDE at each file start, the stored events
+with the loop filter applied, and heartbeats (PROTOCOL.md 4.5, 4.6; DESIGN.md decision 4).
+
+The stored bytes go out unchanged; only artificial events are built here.  Per event the
+filter reads the type byte and, at group starts, the header's server_id.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from . import events as ev
+from .groups import GroupTracker
+
+_GROUP_STARTS = frozenset({ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT,
+                           ev.GTID_TAGGED_LOG_EVENT})
+_SERVER_ID = struct.Struct("<I")
+
+SKIP_IGNORED_SERVER = "ignore_server_ids"
+SKIP_OWN_SERVER = "replica_own_server_id"
+
+
+class DumpRefused(Exception):
+    """ERR 1236 for the client: the dump cannot start or go on."""
+
+
+@dataclass
+class DumpOptions:
+    relay_server_id: int
+    replica_server_id: int
+    checksum_declared: bool  # the client SET @master_binlog_checksum (it understands CRCs)
+    first_rotate_crc: bool  # ... and set it to a CRC algorithm
+    ignore_server_ids: frozenset[int] = frozenset()
+    send_annotate_rows: bool = True
+
+
+@dataclass
+class OutboundStream:
+    options: DumpOptions
+    file: str = ""
+    position: int = 0  # end of the last event read from ``file`` (sent or skipped)
+    checksum_alg: int = ev.CHECKSUM_OFF  # of the current file, from its FDE
+    skipped: dict[str, int] = field(default_factory=dict)  # groups not sent, by reason
+    _skipping: str | None = None
+    _groups: GroupTracker = field(default_factory=GroupTracker)
+
+    def file_start(self, name: str, position: int, fde: bytes, first: bool) -> list[bytes]:
+        """The fake ROTATE and the FDE that open ``name`` for the client (dump at ``position``)."""
+        rotate_crc = self.options.first_rotate_crc if first else self.checksum_alg == ev.CHECKSUM_CRC32
+        rotate = ev.build_rotate(self.options.relay_server_id, name, position, rotate_crc)
+        description = ev.parse_format_description(fde)
+        if description.checksum_alg == ev.CHECKSUM_CRC32 and not self.options.checksum_declared:
+            raise DumpRefused("Slave can not handle replication events with the checksum that master is "
+                              "configured to log")
+        self.file = name
+        self.checksum_alg = description.checksum_alg
+        self.position = position
+        return [rotate, _prepare_fde(fde, resumed=first and position > 4)]
+
+    def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
+        """The events to send of a run read from the current file; ``end`` is where the run ends."""
+        out = []
+        append = out.append
+        ignored = self.options.ignore_server_ids
+        own = self.options.replica_server_id
+        send_annotate = self.options.send_annotate_rows
+        for event in events:
+            etype = event[4]
+            if self._skipping is not None:
+                if self._groups.ends_group(etype, event):
+                    self._skipping = None
+                continue
+            if etype in _GROUP_STARTS:
+                origin = _SERVER_ID.unpack_from(event, 5)[0]
+                reason = SKIP_OWN_SERVER if origin == own else SKIP_IGNORED_SERVER if origin in ignored else None
+                if reason is not None:
+                    self._skipping = reason
+                    self._groups.reset()
+                    self._groups.ends_group(etype, event)
+                    self._count(reason)
+                    continue
+            if etype == ev.ANNOTATE_ROWS_EVENT and not send_annotate:
+                continue
+            append(event)
+        self.position = end
+        return out
+
+    def _count(self, reason: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+
+    def heartbeat(self) -> bytes:
+        """HEARTBEAT_LOG_EVENT v1: log_pos = where the client's next event would start."""
+        body = self.file.encode("utf-8")
+        with_crc = self.checksum_alg == ev.CHECKSUM_CRC32
+        length = ev.HEADER_LEN + len(body) + (ev.CRC_LEN if with_crc else 0)
+        event = ev.HEADER.pack(0, ev.HEARTBEAT_LOG_EVENT, self.options.relay_server_id, length,
+                               self.position & 0xFFFFFFFF, 0) + body
+        return ev.with_checksum(event) if with_crc else event
+
+
+def _prepare_fde(fde: bytes, resumed: bool) -> bytes:
+    """Clear BINLOG_IN_USE; when the dump starts past offset 4, also zero log_pos and 'created'
+    (the replica must not take it for the real start of the file) and recompute the CRC."""
+    event = bytearray(fde)
+    event[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    if not resumed:
+        return bytes(event)
+    struct.pack_into("<I", event, 13, 0)
+    struct.pack_into("<I", event, ev.FDE_CREATED_OFFSET, 0)
+    if event[-5] == ev.CHECKSUM_CRC32:
+        event[-4:] = zlib.crc32(event[:-4]).to_bytes(4, "little")
+    return bytes(event)

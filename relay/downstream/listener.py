@@ -1,0 +1,104 @@
+"""The downstream listener: accepts replicas, enforces max_connections, runs sessions."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import ssl
+import uuid
+from collections.abc import Callable
+
+import trio
+
+from ..binlog import events as ev
+from ..config import Config
+from ..protocol import server as proto
+from ..protocol.packets import build_err, frame
+from ..storage.relaylog import RelayLog
+from ..upstream import UpstreamStatus
+from . import queries
+from .registry import Registry
+from .session import SessionContext, handle_connection
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VERSION = "5.5.5-10.11.0-MariaDB-log"
+
+
+def user_directory(config: Config) -> Callable[[str], proto.Credentials | None]:
+    credentials = {user.name: proto.Credentials(user.native_hash(), user.caching_sha2_hash())
+                   for user in config.users}
+    return credentials.get
+
+
+def tls_context(config: Config) -> ssl.SSLContext | None:
+    tls = config.listen.ssl
+    if not tls.cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert, tls.key)
+    return context
+
+
+class Downstream:
+    def __init__(self, config: Config, relay_log: RelayLog, upstream_status: UpstreamStatus,
+                 registry: Registry, metrics_hooks: dict[str, Callable[[str], None]] | None = None) -> None:
+        self.config = config
+        self.relay_log = relay_log
+        self.upstream_status = upstream_status
+        self.registry = registry
+        self.port: int | None = None
+        self.active_connections = 0
+        hooks = metrics_hooks or {}
+        connection_ids = itertools.count(1)
+        self.context = SessionContext(
+            relay_log=relay_log, registry=registry, relay_server_id=config.server_id,
+            ignore_server_ids=frozenset(config.upstream.ignore_server_ids),
+            lookup_user=user_directory(config), facts=self.facts,
+            handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
+            tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
+            on_auth_failure=hooks.get("auth_failure", lambda reason: None),
+            on_protocol_error=hooks.get("protocol_error", lambda kind: None))
+        self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
+
+    def facts(self) -> queries.ServerFacts:
+        version = self.relay_log.state.upstream_version or DEFAULT_VERSION
+        alg = self.upstream_status.checksum_alg
+        checksum = "NONE" if alg == ev.CHECKSUM_OFF else "CRC32"
+        return queries.ServerFacts(
+            version=version, server_id=self.config.server_id, server_uuid=self._uuid,
+            binlog_checksum=checksum, is_mariadb="mariadb" in version.lower(), gtid_domain_id=0,
+            master_status=self._master_status, binary_logs=self._binary_logs,
+            slave_hosts=lambda: self.registry.slave_hosts(self.config.server_id),
+            binlog_gtid_pos=lambda file, pos: None, gtid_binlog_pos=lambda: "")
+
+    def _master_status(self) -> tuple[str, int, str]:
+        committed = self.relay_log.committed
+        return (committed[0], committed[1], "") if committed else ("", 0, "")
+
+    def _binary_logs(self) -> list[tuple[str, int]]:
+        return [(name, self.relay_log.file_end(name)) for name in list(self.relay_log.files)]
+
+    async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.config.listen.port, host=self.config.listen.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("listening for replicas on %s:%d", self.config.listen.host, self.port)
+        task_status.started(self.port)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        host, port = stream.socket.getpeername()[:2]
+        peer = f"{host}:{port}"
+        if self.active_connections >= self.config.listen.max_connections:
+            log.warning("downstream %s: refused, %d connections already", peer, self.active_connections)
+            data, _ = frame(build_err(proto.ER_CON_COUNT_ERROR, "Too many connections", "08004"), 0)
+            try:
+                await stream.send_all(data)
+            finally:
+                await trio.aclose_forcefully(stream)
+            return
+        self.active_connections += 1
+        try:
+            await handle_connection(stream, self.context, peer)
+        finally:
+            self.active_connections -= 1

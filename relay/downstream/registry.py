@@ -1,0 +1,65 @@
+"""Who is connected and who registered: what SHOW SLAVE HOSTS and the metrics read."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+
+@dataclass
+class Replica:
+    server_id: int
+    host: str
+    port: int
+    user: str
+    registered_at: float = field(default_factory=time.time)
+
+
+@dataclass
+class DumpState:
+    """One running dump: where it is, and how to end it."""
+
+    server_id: int
+    peer: str
+    cancel_scope: trio.CancelScope
+    file: str = ""
+    position: int = 0
+    events_sent: int = 0
+    bytes_sent: int = 0
+    last_event_timestamp: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.replicas: dict[int, Replica] = {}
+        self.dumps: dict[int, DumpState] = {}  # by replica server_id (0: anonymous, not tracked)
+        self.sessions_by_state: dict[str, int] = {}
+
+    def register(self, replica: Replica) -> None:
+        self.replicas[replica.server_id] = replica
+
+    def start_dump(self, dump: DumpState) -> None:
+        """A primary ends the older dump of a replica that connects again with the same server_id."""
+        if dump.server_id == 0:
+            return
+        older = self.dumps.get(dump.server_id)
+        if older is not None:
+            older.cancel_scope.cancel()
+        self.dumps[dump.server_id] = dump
+
+    def end_dump(self, dump: DumpState) -> None:
+        if self.dumps.get(dump.server_id) is dump:
+            del self.dumps[dump.server_id]
+            self.replicas.pop(dump.server_id, None)
+
+    def slave_hosts(self, relay_server_id: int) -> list[tuple[int, str, int, int]]:
+        return [(r.server_id, r.host, r.port, relay_server_id) for r in self.replicas.values()
+                if r.server_id in self.dumps]
+
+    def session_state(self, old: str | None, new: str | None) -> None:
+        for state, delta in ((old, -1), (new, 1)):
+            if state is not None:
+                self.sessions_by_state[state] = self.sessions_by_state.get(state, 0) + delta

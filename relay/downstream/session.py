@@ -1,0 +1,331 @@
+"""One downstream connection: login, the command phase, and a binlog dump (the trio shell).
+
+All parsing and reply building is in ``protocol.server``, ``downstream.queries`` and
+``binlog.outbound``; this module moves bytes, reads stored files and waits for commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from ..binlog import events as ev
+from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream
+from ..protocol import server as proto
+from ..storage.relaylog import RelayLog
+from ..storage.scan import read_batch
+from . import queries
+from .registry import DumpState, Registry, Replica
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE = 1 << 16
+SEND_BATCH_BYTES = 1 << 20
+DUMP_FLAG_NON_BLOCK = 0x01
+DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+
+
+@dataclass
+class SessionContext:
+    """What every session shares: storage, the registry, configuration-derived facts."""
+
+    relay_log: RelayLog
+    registry: Registry
+    relay_server_id: int
+    ignore_server_ids: frozenset[int]
+    lookup_user: Callable[[str], proto.Credentials | None]
+    facts: Callable[[], queries.ServerFacts]
+    handshake_timeout: float
+    tls_context: ssl.SSLContext | None
+    tls_required: bool
+    next_connection_id: Callable[[], int]
+    on_auth_failure: Callable[[str], None] = lambda user: None
+    on_protocol_error: Callable[[str], None] = lambda kind: None
+
+
+class _Session:
+    def __init__(self, stream: trio.abc.Stream, context: SessionContext, peer: str) -> None:
+        self.stream = stream
+        self.context = context
+        self.peer = peer
+        self.connection_id = context.next_connection_id()
+        facts = context.facts()
+        self.conn = proto.ServerConnection(
+            server_version=facts.version, connection_id=self.connection_id, peer_host=peer.rsplit(":", 1)[0],
+            lookup_user=context.lookup_user, tls_available=context.tls_context is not None,
+            tls_required=context.tls_required)
+        self.variables = queries.SessionVariables()
+        self.user = ""
+
+    async def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data:
+            await self.stream.send_all(data)
+
+    async def next_event(self) -> object:
+        while True:
+            event = self.conn.next_event()
+            if event is not proto.NEED_DATA:
+                return event
+            await self.flush()
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                return proto.Quit()
+            self.conn.receive_data(data)
+
+    async def login(self) -> bool:
+        with trio.move_on_after(self.context.handshake_timeout) as timer:
+            while True:
+                event = await self.next_event()
+                if isinstance(event, proto.StartTLS):
+                    await self.flush()
+                    assert self.context.tls_context is not None
+                    self.stream = trio.SSLStream(self.stream, self.context.tls_context, server_side=True)
+                    await self.stream.do_handshake()
+                    self.conn.tls_started()
+                elif isinstance(event, proto.LoggedIn):
+                    self.user = event.user
+                    await self.flush()
+                    return True
+                elif isinstance(event, proto.LoginRefused):
+                    await self.flush()
+                    log.warning("downstream %s: login refused for user %r: %s", self.peer, event.user, event.message)
+                    self.context.on_auth_failure(event.message.split(" ", 1)[0])
+                    return False
+                elif isinstance(event, proto.Quit):
+                    return False
+        if timer.cancelled_caught:
+            log.info("downstream %s: no login within %.0fs, closing", self.peer, self.context.handshake_timeout)
+            self.context.on_protocol_error("handshake_timeout")
+        return False
+
+    async def serve_commands(self) -> None:
+        while True:
+            event = await self.next_event()
+            if isinstance(event, proto.Quit):
+                return
+            if isinstance(event, proto.Query):
+                self._answer(event.sql)
+            elif isinstance(event, (proto.Ping, proto.InitDB)):
+                self.conn.send_ok()
+            elif isinstance(event, proto.RegisterSlave):
+                self._register(event)
+            elif isinstance(event, proto.BinlogDump):
+                await self.dump(event.file, event.position, event.flags, event.server_id)
+                return
+            elif isinstance(event, proto.BinlogDumpGtid):
+                self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG,
+                                     "COM_BINLOG_DUMP_GTID needs a MySQL-flavored upstream")
+            else:
+                self.context.on_protocol_error("unknown_command")
+                self.conn.send_error(proto.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
+
+    def _answer(self, sql: str) -> None:
+        reply = queries.answer(sql, self.variables, self.context.facts(), self.connection_id, self.user)
+        if isinstance(reply, queries.Rows):
+            self.conn.send_result_set(reply.columns, list(reply.rows))
+        elif isinstance(reply, queries.Ok):
+            self.conn.send_ok()
+        else:
+            log.debug("downstream %s: %s -> ERROR %d %s", self.peer, sql[:200], reply.code, reply.message)
+            self.conn.send_error(reply.code, reply.message, reply.sqlstate)
+
+    def _register(self, event: proto.RegisterSlave) -> None:
+        if event.server_id == self.context.relay_server_id:
+            self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, _same_id_message(event.server_id))
+            return
+        host = event.host or self.peer.rsplit(":", 1)[0]
+        self.context.registry.register(Replica(event.server_id, host, event.port, self.user))
+        self.conn.send_ok()
+
+    # ------------------------------------------------------------ the dump
+
+    async def dump(self, file: str, position: int, flags: int, server_id: int) -> None:
+        if server_id == self.context.relay_server_id:
+            await self._refuse_dump(_same_id_message(server_id))
+            return
+        state = DumpState(server_id, self.peer, trio.CancelScope())
+        options = DumpOptions(
+            relay_server_id=self.context.relay_server_id, replica_server_id=server_id,
+            checksum_declared="master_binlog_checksum" in self.variables.values
+            or "source_binlog_checksum" in self.variables.values,
+            first_rotate_crc=str(self.variables.values.get("master_binlog_checksum",
+                                 self.variables.values.get("source_binlog_checksum", ""))).upper() == "CRC32",
+            ignore_server_ids=self.context.ignore_server_ids,
+            send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS))
+        blocking = not (flags & DUMP_FLAG_NON_BLOCK) and server_id != 0
+        registry = self.context.registry
+        registry.start_dump(state)
+        log.info("downstream %s: dump for server_id %d from %s:%d", self.peer, server_id, file or "(first)", position)
+        try:
+            with state.cancel_scope:
+                sender = _DumpSender(self, OutboundStream(options), state, blocking, self._heartbeat_period())
+                await sender.run(file, position)
+            if state.cancel_scope.cancelled_caught:
+                log.info("downstream %s: dump of server_id %d ended: the same server_id connected again",
+                         self.peer, server_id)
+        except DumpRefused as refusal:
+            await self._refuse_dump(str(refusal))
+        finally:
+            registry.end_dump(state)
+
+    async def _refuse_dump(self, message: str) -> None:
+        log.warning("downstream %s: dump refused: %s", self.peer, message)
+        self.conn.send_dump_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, message)
+        await self.flush()
+
+    def _heartbeat_period(self) -> float | None:
+        for name in ("master_heartbeat_period", "source_heartbeat_period"):
+            value = self.variables.values.get(name)
+            if isinstance(value, (int, float)) and value > 0:
+                return value / 1e9
+        return None
+
+
+class _DumpSender:
+    """Reads stored files and sends them through the session until the client goes away."""
+
+    def __init__(self, session: _Session, outbound: OutboundStream, state: DumpState, blocking: bool,
+                 heartbeat_period: float | None) -> None:
+        self.session = session
+        self.relay_log = session.context.relay_log
+        self.outbound = outbound
+        self.state = state
+        self.blocking = blocking
+        self.heartbeat_period = heartbeat_period
+
+    async def run(self, file: str, position: int) -> None:
+        files = self.relay_log.files
+        if not file:
+            file = files[0] if files else ""
+        if file not in files:
+            raise DumpRefused(_position_error("Could not find first log file name in binary log index file",
+                                              file, position))
+        self._check_start(file, position)
+        self.session.conn.start_dump()
+        first = True
+        while True:
+            await self._send_file(file, position, first)
+            next_file = self._next_file(file)
+            if next_file is None:
+                return
+            file, position, first = next_file, 4, False
+
+    def _check_start(self, file: str, position: int) -> None:
+        end = self.relay_log.file_end(file)
+        if position < 4 or position > end:
+            raise DumpRefused(_position_error(
+                "Client requested master to start replication from impossible position", file, position))
+        if position == end or position == 4:
+            return
+        with open(self.relay_log.path(file), "rb") as stored:
+            stored.seek(position)
+            header = stored.read(ev.HEADER_LEN)
+        if len(header) < ev.HEADER_LEN:
+            raise DumpRefused(_position_error("bogus data in log event", file, position))
+        parsed = ev.EventHeader.parse(header)
+        if parsed.event_length < ev.HEADER_LEN or parsed.start_pos & 0xFFFFFFFF != position & 0xFFFFFFFF:
+            raise DumpRefused(_position_error(
+                "Client requested master to start replication from impossible position (not the start of "
+                "an event)", file, position))
+
+    def _next_file(self, file: str) -> str | None:
+        files = self.relay_log.files
+        index = files.index(file)
+        return files[index + 1] if index + 1 < len(files) else None
+
+    async def _send_file(self, file: str, position: int, first: bool) -> None:
+        path: Path = self.relay_log.path(file)
+        with open(path, "rb") as stored:
+            fde = read_batch(stored, 4, path.stat().st_size)[0]
+            self.session.conn.send_events(self.outbound.file_start(file, position, bytes(fde), first))
+            self.state.file = file
+            position = max(position, 4 + len(fde)) if position == 4 else position
+            self.outbound.position = position
+            while True:
+                end = self.relay_log.file_end(file)
+                if position < end:
+                    position = await self._send_run(stored, position, end)
+                    continue
+                await self.session.flush()
+                if not self._is_current(file):
+                    return
+                if not self.blocking:
+                    self.session.conn.send_eof()
+                    await self.session.flush()
+                    raise _DumpFinished()
+                await self._wait_for_more(file, position)
+
+    def _is_current(self, file: str) -> bool:
+        committed = self.relay_log.committed
+        return committed is not None and committed[0] == file
+
+    async def _send_run(self, stored, position: int, end: int) -> int:  # type: ignore[no-untyped-def]
+        events = read_batch(stored, position, end)
+        if not events:
+            return end
+        run_end = position + sum(len(e) for e in events)
+        to_send = self.outbound.filter(events, run_end)
+        if to_send:
+            self.session.conn.send_events(to_send)
+            self.state.events_sent += len(to_send)
+            self.state.bytes_sent += sum(len(e) for e in to_send)
+            self.state.last_event_timestamp = int.from_bytes(to_send[-1][0:4], "little")
+            await self.session.flush()
+        self.state.position = run_end
+        self.state.skipped = self.outbound.skipped
+        return run_end
+
+    async def _wait_for_more(self, file: str, position: int) -> None:
+        seen = self.relay_log.committed
+        if self.heartbeat_period is None:
+            await self.relay_log.wait_for_commit(seen)
+            return
+        with trio.move_on_after(self.heartbeat_period):
+            await self.relay_log.wait_for_commit(seen)
+            return
+        self.session.conn.send_events([self.outbound.heartbeat()])
+        await self.session.flush()
+
+
+class _DumpFinished(Exception):
+    """A non-blocking dump reached the end and sent EOF."""
+
+
+def _position_error(message: str, file: str, position: int) -> str:
+    return (f"{message}; the first event '{file}' at {position}, the last event read from '{file}' at 4, "
+            f"the last byte read from '{file}' at 4.")
+
+
+def _same_id_message(server_id: int) -> str:
+    return (f"A slave with the same server_id {server_id} as this binlog relay has connected; give the replica "
+            "a server_id different from the relay's")
+
+
+async def handle_connection(stream: trio.abc.Stream, context: SessionContext, peer: str) -> None:
+    session = _Session(stream, context, peer)
+    registry = context.registry
+    registry.session_state(None, "login")
+    state = "login"
+    try:
+        if not await session.login():
+            return
+        registry.session_state(state, "command")
+        state = "command"
+        await session.serve_commands()
+    except _DumpFinished:
+        pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
+        log.info("downstream %s: connection lost: %s", peer, exc or type(exc).__name__)
+    except proto.ProtocolError as exc:
+        context.on_protocol_error("malformed")
+        log.warning("downstream %s: protocol error: %s", peer, exc)
+    finally:
+        registry.session_state(state, None)
+        await trio.aclose_forcefully(session.stream)
