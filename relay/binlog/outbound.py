@@ -17,9 +17,11 @@ from .groups import GroupTracker
 _GROUP_STARTS = frozenset({ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT,
                            ev.GTID_TAGGED_LOG_EVENT})
 _SERVER_ID = struct.Struct("<I")
+_MARIADB_GTID = struct.Struct("<QI")  # seq_no, domain_id at the start of the body
 
 SKIP_IGNORED_SERVER = "ignore_server_ids"
 SKIP_OWN_SERVER = "replica_own_server_id"
+SKIP_ALREADY_APPLIED = "gtid_already_applied"
 
 
 class DumpRefused(Exception):
@@ -34,6 +36,7 @@ class DumpOptions:
     first_rotate_crc: bool  # ... and set it to a CRC algorithm
     ignore_server_ids: frozenset[int] = frozenset()
     send_annotate_rows: bool = True
+    gtid_skip_through: dict[int, int] | None = None  # MariaDB GTID dump: domain -> last seq the replica has
 
 
 @dataclass
@@ -57,7 +60,9 @@ class OutboundStream:
         self.file = name
         self.checksum_alg = description.checksum_alg
         self.position = position
-        return [rotate, _prepare_fde(fde, resumed=first and position > 4)]
+        resumed = first and position > 4
+        zero_created = resumed or bool(self.options.gtid_skip_through)
+        return [rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
@@ -66,6 +71,7 @@ class OutboundStream:
         ignored = self.options.ignore_server_ids
         own = self.options.replica_server_id
         send_annotate = self.options.send_annotate_rows
+        skip_through = self.options.gtid_skip_through
         for event in events:
             etype = event[4]
             if self._skipping is not None:
@@ -75,6 +81,8 @@ class OutboundStream:
             if etype in _GROUP_STARTS:
                 origin = _SERVER_ID.unpack_from(event, 5)[0]
                 reason = SKIP_OWN_SERVER if origin == own else SKIP_IGNORED_SERVER if origin in ignored else None
+                if reason is None and skip_through and etype == ev.GTID_EVENT:
+                    reason = self._already_applied(event, skip_through)
                 if reason is not None:
                     self._skipping = reason
                     self._groups.reset()
@@ -86,6 +94,12 @@ class OutboundStream:
             append(event)
         self.position = end
         return out
+
+    @staticmethod
+    def _already_applied(event: memoryview, skip_through: dict[int, int]) -> str | None:
+        seq_no, domain_id = _MARIADB_GTID.unpack_from(event, ev.HEADER_LEN)
+        last = skip_through.get(domain_id)
+        return SKIP_ALREADY_APPLIED if last is not None and seq_no <= last else None
 
     def _count(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -100,15 +114,18 @@ class OutboundStream:
         return ev.with_checksum(event) if with_crc else event
 
 
-def _prepare_fde(fde: bytes, resumed: bool) -> bytes:
-    """Clear BINLOG_IN_USE; when the dump starts past offset 4, also zero log_pos and 'created'
-    (the replica must not take it for the real start of the file) and recompute the CRC."""
+def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
+    """Clear BINLOG_IN_USE.  When the dump starts past offset 4 also zero log_pos, and zero
+    'created' there and in GTID dumps (a non-zero 'created' tells the replica the primary just
+    started, so it would drop its temporary tables); then recompute the CRC."""
     event = bytearray(fde)
     event[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F & 0xFF
-    if not resumed:
+    if not (zero_log_pos or zero_created):
         return bytes(event)
-    struct.pack_into("<I", event, 13, 0)
-    struct.pack_into("<I", event, ev.FDE_CREATED_OFFSET, 0)
+    if zero_log_pos:
+        struct.pack_into("<I", event, 13, 0)
+    if zero_created:
+        struct.pack_into("<I", event, ev.FDE_CREATED_OFFSET, 0)
     if event[-5] == ev.CHECKSUM_CRC32:
         event[-4:] = zlib.crc32(event[:-4]).to_bytes(4, "little")
     return bytes(event)

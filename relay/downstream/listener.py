@@ -14,6 +14,8 @@ from ..binlog import events as ev
 from ..config import Config
 from ..protocol import server as proto
 from ..protocol.packets import build_err, frame
+from ..binlog.gtid import format_gtid_position
+from ..storage.gtidindex import GtidIndex
 from ..storage.relaylog import RelayLog
 from ..upstream import UpstreamStatus
 from . import queries
@@ -51,12 +53,14 @@ class Downstream:
         self.active_connections = 0
         hooks = metrics_hooks or {}
         connection_ids = itertools.count(1)
+        self.gtid_index = GtidIndex(relay_log)
         self.context = SessionContext(
             relay_log=relay_log, registry=registry, relay_server_id=config.server_id,
             ignore_server_ids=frozenset(config.upstream.ignore_server_ids),
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
+            gtid_index=self.gtid_index,
             on_auth_failure=hooks.get("auth_failure", lambda reason: None),
             on_protocol_error=hooks.get("protocol_error", lambda kind: None))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
@@ -70,7 +74,13 @@ class Downstream:
             binlog_checksum=checksum, is_mariadb="mariadb" in version.lower(), gtid_domain_id=0,
             master_status=self._master_status, binary_logs=self._binary_logs,
             slave_hosts=lambda: self.registry.slave_hosts(self.config.server_id),
-            binlog_gtid_pos=lambda file, pos: None, gtid_binlog_pos=lambda: "")
+            binlog_gtid_pos=self._binlog_gtid_pos,
+            gtid_binlog_pos=lambda: format_gtid_position(self.gtid_index.current_state()))
+
+    def _binlog_gtid_pos(self, name: str, position: int) -> str | None:
+        if name not in self.relay_log.files:
+            return None
+        return format_gtid_position(self.gtid_index.position_at(name, position))
 
     def _master_status(self) -> tuple[str, int, str]:
         committed = self.relay_log.committed

@@ -17,6 +17,8 @@ import trio
 from ..binlog import events as ev
 from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream
 from ..protocol import server as proto
+from ..binlog.gtid import GtidError
+from ..storage.gtidindex import GtidIndex, GtidLookupError
 from ..storage.relaylog import RelayLog
 from ..storage.scan import read_batch
 from . import queries
@@ -45,6 +47,7 @@ class SessionContext:
     tls_context: ssl.SSLContext | None
     tls_required: bool
     next_connection_id: Callable[[], int]
+    gtid_index: GtidIndex
     on_auth_failure: Callable[[str], None] = lambda user: None
     on_protocol_error: Callable[[str], None] = lambda kind: None
 
@@ -159,6 +162,15 @@ class _Session:
                                  self.variables.values.get("source_binlog_checksum", ""))).upper() == "CRC32",
             ignore_server_ids=self.context.ignore_server_ids,
             send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS))
+        connect_state = self.variables.values.get("slave_connect_state")
+        if connect_state is not None and self.context.facts().is_mariadb:
+            try:
+                plan = self.context.gtid_index.plan_dump(str(connect_state), self._strict_gtid())
+            except (GtidLookupError, GtidError) as refusal:
+                await self._refuse_dump(str(refusal))
+                return
+            options.gtid_skip_through = plan.skip_through
+            file, position = plan.file, 4
         blocking = not (flags & DUMP_FLAG_NON_BLOCK) and server_id != 0
         registry = self.context.registry
         registry.start_dump(state)
@@ -179,6 +191,9 @@ class _Session:
         log.warning("downstream %s: dump refused: %s", self.peer, message)
         self.conn.send_dump_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, message)
         await self.flush()
+
+    def _strict_gtid(self) -> bool:
+        return str(self.variables.values.get("slave_gtid_strict_mode", 0)) in ("1", "True")
 
     def _heartbeat_period(self) -> float | None:
         for name in ("master_heartbeat_period", "source_heartbeat_period"):
