@@ -10,6 +10,7 @@ import trio
 from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
+from .metrics import Metrics
 from .storage.relaylog import RelayLog
 from .upstream import Upstream, UpstreamSettings
 
@@ -51,11 +52,14 @@ class Relay:
         self.upstream = Upstream(upstream_settings(config), self.relay_log)
         self.registry = Registry()
         self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry)
+        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
 
     async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.downstream.serve)
+                if self.config.metrics.enabled:
+                    await nursery.start(self.metrics.serve, self.config.metrics.host, self.config.metrics.port)
                 nursery.start_soon(self.upstream.run)
                 nursery.start_soon(self._sync_timer)
                 task_status.started(self)

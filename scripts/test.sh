@@ -18,4 +18,5 @@ source scripts/setup.sh
 
 install_mariadb
 install_python_deps '.[test]'
+bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"

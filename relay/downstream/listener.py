@@ -44,14 +44,13 @@ def tls_context(config: Config) -> ssl.SSLContext | None:
 
 class Downstream:
     def __init__(self, config: Config, relay_log: RelayLog, upstream_status: UpstreamStatus,
-                 registry: Registry, metrics_hooks: dict[str, Callable[[str], None]] | None = None) -> None:
+                 registry: Registry) -> None:
         self.config = config
         self.relay_log = relay_log
         self.upstream_status = upstream_status
         self.registry = registry
         self.port: int | None = None
         self.active_connections = 0
-        hooks = metrics_hooks or {}
         connection_ids = itertools.count(1)
         self.gtid_index = GtidIndex(relay_log)
         self.context = SessionContext(
@@ -60,9 +59,7 @@ class Downstream:
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
-            gtid_index=self.gtid_index,
-            on_auth_failure=hooks.get("auth_failure", lambda reason: None),
-            on_protocol_error=hooks.get("protocol_error", lambda kind: None))
+            gtid_index=self.gtid_index)
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def facts(self) -> queries.ServerFacts:

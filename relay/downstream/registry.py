@@ -29,7 +29,6 @@ class DumpState:
     events_sent: int = 0
     bytes_sent: int = 0
     last_event_timestamp: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
 
 
 class Registry:
@@ -37,6 +36,15 @@ class Registry:
         self.replicas: dict[int, Replica] = {}
         self.dumps: dict[int, DumpState] = {}  # by replica server_id (0: anonymous, not tracked)
         self.sessions_by_state: dict[str, int] = {}
+        # cumulative counters, read by the metrics collector
+        self.events_sent = 0
+        self.bytes_sent = 0
+        self.groups_filtered: dict[str, int] = {}
+        self.auth_failures = 0
+        self.protocol_errors: dict[str, int] = {}
+
+    def protocol_error(self, kind: str) -> None:
+        self.protocol_errors[kind] = self.protocol_errors.get(kind, 0) + 1
 
     def register(self, replica: Replica) -> None:
         self.replicas[replica.server_id] = replica

@@ -48,8 +48,6 @@ class SessionContext:
     tls_required: bool
     next_connection_id: Callable[[], int]
     gtid_index: GtidIndex
-    on_auth_failure: Callable[[str], None] = lambda user: None
-    on_protocol_error: Callable[[str], None] = lambda kind: None
 
 
 class _Session:
@@ -99,13 +97,13 @@ class _Session:
                 elif isinstance(event, proto.LoginRefused):
                     await self.flush()
                     log.warning("downstream %s: login refused for user %r: %s", self.peer, event.user, event.message)
-                    self.context.on_auth_failure(event.message.split(" ", 1)[0])
+                    self.context.registry.auth_failures += 1
                     return False
                 elif isinstance(event, proto.Quit):
                     return False
         if timer.cancelled_caught:
             log.info("downstream %s: no login within %.0fs, closing", self.peer, self.context.handshake_timeout)
-            self.context.on_protocol_error("handshake_timeout")
+            self.context.registry.protocol_error("handshake_timeout")
         return False
 
     async def serve_commands(self) -> None:
@@ -126,7 +124,7 @@ class _Session:
                 self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG,
                                      "COM_BINLOG_DUMP_GTID needs a MySQL-flavored upstream")
             else:
-                self.context.on_protocol_error("unknown_command")
+                self.context.registry.protocol_error("unknown_command")
                 self.conn.send_error(proto.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
     def _answer(self, sql: str) -> None:
@@ -177,7 +175,8 @@ class _Session:
         log.info("downstream %s: dump for server_id %d from %s:%d", self.peer, server_id, file or "(first)", position)
         try:
             with state.cancel_scope:
-                sender = _DumpSender(self, OutboundStream(options), state, blocking, self._heartbeat_period())
+                outbound = OutboundStream(options, skipped=registry.groups_filtered)
+                sender = _DumpSender(self, outbound, state, blocking, self._heartbeat_period())
                 await sender.run(file, position)
             if state.cancel_scope.cancelled_caught:
                 log.info("downstream %s: dump of server_id %d ended: the same server_id connected again",
@@ -289,12 +288,15 @@ class _DumpSender:
         to_send = self.outbound.filter(events, run_end)
         if to_send:
             self.session.conn.send_events(to_send)
+            sent_bytes = sum(len(e) for e in to_send)
             self.state.events_sent += len(to_send)
-            self.state.bytes_sent += sum(len(e) for e in to_send)
+            self.state.bytes_sent += sent_bytes
+            registry = self.session.context.registry
+            registry.events_sent += len(to_send)
+            registry.bytes_sent += sent_bytes
             self.state.last_event_timestamp = int.from_bytes(to_send[-1][0:4], "little")
             await self.session.flush()
         self.state.position = run_end
-        self.state.skipped = self.outbound.skipped
         return run_end
 
     async def _wait_for_more(self, file: str, position: int) -> None:
@@ -339,7 +341,7 @@ async def handle_connection(stream: trio.abc.Stream, context: SessionContext, pe
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
         log.info("downstream %s: connection lost: %s", peer, exc or type(exc).__name__)
     except proto.ProtocolError as exc:
-        context.on_protocol_error("malformed")
+        context.registry.protocol_error("malformed")
         log.warning("downstream %s: protocol error: %s", peer, exc)
     finally:
         registry.session_state(state, None)

@@ -1,0 +1,240 @@
+"""Prometheus metrics, /healthz and /readyz, served by a small HTTP server on the trio loop.
+
+Figures are read from the live state objects at scrape time (a custom collector), so the
+ingest and serve paths pay nothing per event for metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+
+import trio
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .binlog.events import event_name
+from .downstream.registry import Registry
+from .storage.relaylog import RelayLog
+from .upstream import UpstreamStatus
+
+log = logging.getLogger(__name__)
+
+PREFIX = "binlog_relay"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_FILE_NUMBER = re.compile(r"\.(\d+)$")
+Family = GaugeMetricFamily | CounterMetricFamily
+
+
+class RelayCollector(Collector):
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
+        self.upstream = upstream
+        self.relay_log = relay_log
+        self.registry = registry
+
+    def collect(self) -> Iterator[Family]:
+        yield from self._upstream()
+        yield from self._storage()
+        yield from self._downstream()
+
+    # ------------------------------------------------------------ upstream
+
+    def _upstream(self) -> Iterator[Family]:
+        status = self.upstream
+        yield _gauge("upstream_connected", "1 while the relay is connected to the primary and dumping",
+                     int(status.connected))
+        yield _counter("upstream_reconnects", "Connections to the primary lost and retried", status.reconnects)
+        yield _counter("upstream_received_bytes", "Bytes received from the primary", status.bytes_received)
+        events = CounterMetricFamily(f"{PREFIX}_upstream_events", "Binlog events received, by type",
+                                     labels=["type"])
+        event_bytes = CounterMetricFamily(f"{PREFIX}_upstream_event_bytes",
+                                          "Bytes of binlog events received, by type", labels=["type"])
+        stream = status.stream
+        for etype, (count, size) in sorted((stream.events_by_type if stream else {}).items()):
+            events.add_metric([event_name(etype)], count)
+            event_bytes.add_metric([event_name(etype)], size)
+        yield events
+        yield event_bytes
+        last = stream.last_event_timestamp if stream else 0
+        yield _gauge("upstream_last_event_timestamp_seconds", "Timestamp of the newest stored event", last)
+        yield _gauge("upstream_lag_seconds", "How far the stored binlog is behind the primary, from event and "
+                     "heartbeat timestamps", self._upstream_lag_seconds())
+
+    def _upstream_lag_seconds(self) -> float:
+        stream = self.upstream.stream
+        if stream is None or not stream.last_event_timestamp:
+            return 0.0
+        committed = self.relay_log.committed
+        primary = stream.primary_position
+        if primary is not None and committed is not None and primary[0] == committed[0] \
+                and primary[1] <= committed[1]:
+            return 0.0  # the last heartbeat said the primary has nothing newer
+        if primary is None and not stream.inside_group:
+            return 0.0  # no heartbeat yet and nothing half-received: caught up as far as we know
+        return max(0.0, time.time() - stream.last_event_timestamp)
+
+    # ------------------------------------------------------------ storage
+
+    def _storage(self) -> Iterator[Family]:
+        files = list(self.relay_log.files)
+        yield _gauge("stored_files", "Binlog files in the data directory", len(files))
+        yield _gauge("stored_bytes", "Bytes of binlog files in the data directory",
+                     sum(self._size(name) for name in files))
+        committed = self.relay_log.committed
+        yield _gauge("committed_file_number", "Sequence number of the file holding the committed end",
+                     _file_number(committed[0]) if committed else 0)
+        yield _gauge("committed_position_bytes", "Offset of the committed end in that file",
+                     committed[1] if committed else 0)
+        yield _counter("stored_written_bytes", "Bytes appended to binlog files", self.relay_log.bytes_written)
+
+    def _size(self, name: str) -> int:
+        try:
+            return self.relay_log.file_end(name)
+        except OSError:
+            return 0
+
+    # ------------------------------------------------------------ downstream
+
+    def _downstream(self) -> Iterator[Family]:
+        registry = self.registry
+        connections = GaugeMetricFamily(f"{PREFIX}_downstream_connections", "Downstream connections by state",
+                                        labels=["state"])
+        dumping = len(registry.dumps)
+        for state, count in sorted(registry.sessions_by_state.items()):
+            connections.add_metric([state], count - (dumping if state == "command" else 0))
+        connections.add_metric(["dump"], dumping)
+        yield connections
+        yield _gauge("registered_replicas", "Replicas registered with COM_REGISTER_SLAVE and dumping",
+                     len(registry.slave_hosts(0)))
+        yield _counter("downstream_events_sent", "Binlog events sent to replicas", registry.events_sent)
+        yield _counter("downstream_sent_bytes", "Bytes of binlog events sent to replicas", registry.bytes_sent)
+        yield _labelled_counter("groups_filtered", "Event groups not sent to a replica, by reason", "reason",
+                                registry.groups_filtered)
+        yield _counter("auth_failures", "Downstream logins refused", registry.auth_failures)
+        yield _labelled_counter("protocol_errors", "Downstream protocol errors, by kind", "kind",
+                                registry.protocol_errors)
+        yield from self._replica_lag()
+
+    def _replica_lag(self) -> Iterator[Family]:
+        lag_bytes = GaugeMetricFamily(f"{PREFIX}_replica_lag_bytes", "Stored bytes a replica has not been sent "
+                                      "yet", labels=["server_id"])
+        lag_seconds = GaugeMetricFamily(f"{PREFIX}_replica_lag_seconds", "Age difference between the newest "
+                                        "stored event and the newest event sent to a replica",
+                                        labels=["server_id"])
+        newest = self.upstream.stream.last_event_timestamp if self.upstream.stream else 0
+        for server_id, dump in sorted(self.registry.dumps.items()):
+            behind = self._bytes_behind(dump.file, dump.position)
+            lag_bytes.add_metric([str(server_id)], behind)
+            seconds = max(0, newest - dump.last_event_timestamp) if behind and dump.last_event_timestamp else 0
+            lag_seconds.add_metric([str(server_id)], seconds)
+        yield lag_bytes
+        yield lag_seconds
+
+    def _bytes_behind(self, file: str, position: int) -> int:
+        files = list(self.relay_log.files)
+        if file not in files:
+            return 0
+        index = files.index(file)
+        behind = self._size(file) - position + sum(self._size(name) for name in files[index + 1 :])
+        return max(0, behind)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, value=value)
+
+
+def _labelled_counter(name: str, doc: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=[label])
+    for key, count in sorted(values.items()):
+        family.add_metric([key], count)
+    return family
+
+
+def _file_number(name: str) -> int:
+    match = _FILE_NUMBER.search(name)
+    return int(match.group(1)) if match else 0
+
+
+class Metrics:
+    """The collector registry and the HTTP endpoint."""
+
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
+        self.relay_log = relay_log
+        self.upstream = upstream
+        self.registry = CollectorRegistry()
+        self.registry.register(RelayCollector(upstream, relay_log, registry))
+        self.fsync_seconds = Histogram(f"{PREFIX}_fsync_duration_seconds", "Time an fsync of a binlog file took",
+                                       registry=self.registry,
+                                       buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
+        self.port: int | None = None
+
+    def render(self) -> bytes:
+        for seconds in self.relay_log.fsync_seconds:
+            self.fsync_seconds.observe(seconds)
+        self.relay_log.fsync_seconds.clear()
+        return generate_latest(self.registry)
+
+    def ready(self) -> tuple[bool, str]:
+        if not os.access(self.relay_log.data_dir, os.W_OK):
+            return False, f"data_dir {self.relay_log.data_dir} is not writable"
+        if not self.upstream.connected and not self.relay_log.files:
+            return False, "not connected to the primary and nothing stored to serve yet"
+        return True, "ready"
+
+    async def serve(self, host: str, port: int,
+                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", host, self.port)
+        task_status.started(self.port)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(10):
+                request_line = await _read_request_line(stream)
+                if request_line is None:
+                    return
+                status, content_type, body = self._route(request_line)
+                head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii")
+                await stream.send_all(head + body)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    def _route(self, request_line: str) -> tuple[str, str, bytes]:
+        parts = request_line.split(" ")
+        if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+        path = parts[1].split("?", 1)[0]
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE, self.render()
+        if path == "/healthz":
+            return "200 OK", "text/plain", b"ok\n"
+        if path == "/readyz":
+            ready, reason = self.ready()
+            return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", f"{reason}\n".encode()
+        return "404 Not Found", "text/plain", b"not found\n"
+
+
+async def _read_request_line(stream: trio.SocketStream) -> str | None:
+    data = b""
+    while b"\r\n\r\n" not in data and b"\n\n" not in data:
+        chunk = await stream.receive_some(4096)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > 16384:
+            return None
+    line = data.split(b"\n", 1)[0].rstrip(b"\r")
+    return line.decode("latin-1") if line else None

@@ -1,0 +1,659 @@
+"""The Helm chart (helm/binlog-relay): lint, Kubernetes API schemas, structure, and the relay's
+own configuration check on what a pod would really read.
+
+For each value set: `helm lint --strict`; `helm template` piped into `kubernetes-validate --strict`
+(the Prometheus Operator's ServiceMonitor/PrometheusRule are not in its schemas: checked by
+structure here); then the init container's script is run the way the kubelet would run it (its
+volumes filled from the rendered ConfigMap and Secret, its environment resolved) with the real
+`binlog-relay check-config`, and the file it assembles is loaded with relay.config, so the chart
+and the relay's configuration schema cannot drift apart.
+
+helm comes from .tools/bin/helm (scripts/install-tools.sh) or PATH; kubernetes-validate from
+PyPI. A missing tool fails the tests, it does not skip them.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from relay.config import iter_options, load_config, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "binlog-relay"
+INSTALL_HINT = "run `bash scripts/install-tools.sh` (scripts/test.sh does)"
+NAMESPACE = "relay-ns"
+RELEASE = "rel"
+FULLNAME = "rel-binlog-relay"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and a current one; both are
+# shipped by the pinned kubernetes-validate.
+K8S_VERSIONS = ("1.25.0", "1.33.0")
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+UID = 10001
+
+# The relay keys the chart sets itself (README.md of the chart); values.schema.json rejects them.
+CHART_MANAGED = {
+    "data_dir", "users", "upstream.password", "upstream.password_file",
+    "upstream.ssl.ca", "upstream.ssl.cert", "upstream.ssl.key", "listen.ssl.cert", "listen.ssl.key",
+}
+
+# ------------------------------------------------------------------ value sets
+
+EXISTING_SECRET = {  # what a user of auth.existingSecret would create (keys as the chart expects)
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "relay-credentials", "namespace": NAMESPACE},
+    "type": "Opaque",
+    "stringData": {
+        "upstream-password": "from-the-existing-secret",
+        "users.yaml": "users:\n  - name: repl\n    password_hash: \"*14E65567ABDB5135D0CFD9A70B3032C179A49EE7\"\n"
+                      "  - name: analytics\n    password: also-secret\n",
+    },
+}
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    # The chart's defaults plus the one value without a default.
+    "defaults": {"config": {"upstream": {"host": "mariadb-primary.db.svc.cluster.local"}}},
+    # Three pods, credentials from an existing Secret, monitoring on, TLS to the primary.
+    "ha-monitoring": {
+        "replicaCount": 3,
+        "config": {
+            "server_id": 4000,
+            "upstream": {
+                "host": "10.0.0.5", "port": 3307, "user": "relay",
+                "start": {"file": "mariadb-bin.000042", "position": 4},
+                "ignore_server_ids": [1, 2, 3999, 4003],
+                "heartbeat_period": 5, "reconnect": {"initial_delay": 1, "max_delay": 60},
+                "ssl": {"mode": "verify_identity"},
+            },
+            "logging": {"level": "debug", "format": "text"},
+        },
+        "auth": {"existingSecret": "relay-credentials"},
+        "tls": {"upstream": {"secretName": "primary-ca", "caKey": "ca.pem", "clientCert": True}},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "lagThresholdSeconds": 60, "diskFreeRatio": 0.15, "for": "10m"},
+        "podDisruptionBudget": {"maxUnavailable": 1},
+        "extraEnv": [{"name": "BINLOG_RELAY_LISTEN_MAX_CONNECTIONS", "value": "200"}],
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "binlog-relay"}}},
+        }]}},
+    },
+    # TLS for replicas (required), retention, chart-created Secret with both kinds of users,
+    # custom resources and storage.
+    "tls-retention": {
+        "config": {
+            "server_id": 4294967295,
+            "upstream": {"host": "primary", "ssl": {"mode": "required"}},
+            "listen": {"port": 3310, "max_connections": 50, "ssl": {"require": True}},
+            "metrics": {"port": 9200},
+            "storage": {"sync": "interval", "sync_interval_ms": 20,
+                        "retention": {"max_size": "80G", "max_age": "14d", "min_files": 5}},
+        },
+        "auth": {
+            # YAML-ish characters: the env override must take the password verbatim.
+            "upstreamPassword": "0123: #not-a-comment",
+            "users": [
+                {"name": "repl", "password_hash": "*14E65567ABDB5135D0CFD9A70B3032C179A49EE7"},
+                {"name": "mysql8", "password": "caching-sha2-needs-the-password"},
+            ],
+        },
+        "tls": {"listen": {"secretName": "relay-tls"}},
+        "service": {"type": "LoadBalancer", "port": 3306, "sessionAffinity": "ClientIP"},
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "2Gi"}},
+        "persistence": {"size": "100Gi", "storageClassName": "fast-ssd",
+                        "retentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Delete"}},
+        "podDisruptionBudget": {"enabled": False},
+        "terminationGracePeriodSeconds": 30,
+    },
+}
+
+
+# ------------------------------------------------------------------ tools
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    local = ROOT / ".tools" / "bin" / "helm"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("helm")
+    if found is None:
+        pytest.fail(f"helm not found at {local} or on PATH: {INSTALL_HINT}", pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def kubernetes_validate() -> str:
+    beside = Path(sysconfig.get_path("scripts")) / "kubernetes-validate"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("kubernetes-validate")
+    if found is None:
+        pytest.fail(f"kubernetes-validate not found next to {sys.executable} or on PATH: {INSTALL_HINT}",
+                    pytrace=False)
+    return found
+
+
+def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+def values_file(tmp_path_factory: pytest.TempPathFactory, values: dict[str, Any]) -> Path:
+    path = tmp_path_factory.mktemp("values") / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def helm_template(helm: str, values_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(values_path), *extra])
+
+
+class Rendered:
+    """The documents of one `helm template`, and lookups by kind/name."""
+
+    def __init__(self, name: str, values: dict[str, Any], text: str) -> None:
+        self.name, self.values, self.text = name, values, text
+        self.docs = [doc for doc in yaml.safe_load_all(text) if doc]
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [doc for doc in self.docs if doc["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [doc for doc in self.all(kind) if name is None or doc["metadata"]["name"] == name]
+        assert len(found) == 1, f"{self.name}: expected one {kind} {name or ''}, found {len(found)}"
+        return found[0]
+
+    def secrets(self) -> dict[str, dict[str, str]]:
+        """Secret name -> decoded data: the rendered ones and, for existingSecret, the user's."""
+        docs = self.all("Secret")
+        if self.values.get("auth", {}).get("existingSecret"):
+            docs = docs + [EXISTING_SECRET]
+        result = {}
+        for doc in docs:
+            data = {k: base64.b64decode(v).decode() for k, v in (doc.get("data") or {}).items()}
+            data.update(doc.get("stringData") or {})
+            result[doc["metadata"]["name"]] = data
+        return result
+
+    @property
+    def statefulset(self) -> dict[str, Any]:
+        return self.one("StatefulSet", FULLNAME)
+
+    @property
+    def pod_spec(self) -> dict[str, Any]:
+        return self.statefulset["spec"]["template"]["spec"]
+
+    def container(self, name: str) -> dict[str, Any]:
+        spec = self.pod_spec
+        return next(c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == name)
+
+
+@pytest.fixture(scope="module", params=list(VALUE_SETS))
+def value_set(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    return request.param, values_file(tmp_path_factory, VALUE_SETS[request.param])
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: str, value_set: tuple[str, Path]) -> Rendered:
+    name, path = value_set
+    result = helm_template(helm, path)
+    assert result.returncode == 0, f"helm template ({name}) failed:\n{result.stderr}"
+    return Rendered(name, VALUE_SETS[name], result.stdout)
+
+
+# ------------------------------------------------------------------ helm lint, API schemas
+
+
+def test_helm_lint_strict(helm: str, value_set: tuple[str, Path]) -> None:
+    name, path = value_set
+    result = run([helm, "lint", "--strict", str(CHART), "--namespace", NAMESPACE, "-f", str(path)])
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"helm lint --strict ({name}):\n{output}"
+    assert "[WARNING]" not in output and "[ERROR]" not in output, output
+
+
+@pytest.mark.parametrize("k8s_version", K8S_VERSIONS)
+def test_manifests_match_kubernetes_api(kubernetes_validate: str, rendered: Rendered, k8s_version: str) -> None:
+    docs = [doc for doc in rendered.docs if (doc["apiVersion"], doc["kind"]) not in CRD_KINDS]
+    result = run([kubernetes_validate, "--strict", "-k", k8s_version, "-"], input=yaml.safe_dump_all(docs))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"kubernetes-validate {k8s_version} ({rendered.name}):\n{output}"
+    # Every document was checked: none of an unknown kind or API version slipped through.
+    assert "WARN" not in output and "ERROR" not in output, output
+    assert output.count("passed for resource") == len(docs), output
+
+
+def test_kubernetes_validate_is_really_checking(kubernetes_validate: str, rendered: Rendered) -> None:
+    # Guards the test above: a field the API does not know must fail in --strict mode.
+    broken = copy.deepcopy(rendered.statefulset)
+    broken["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsNonRot"] = True
+    result = run([kubernetes_validate, "--strict", "-k", K8S_VERSIONS[0], "-"], input=yaml.safe_dump(broken))
+    assert result.returncode != 0 and "runAsNonRot" in result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------ structure of the objects
+
+
+def test_objects_present(rendered: Rendered) -> None:
+    kinds = sorted((doc["kind"], doc["metadata"]["name"]) for doc in rendered.docs)
+    values = rendered.values
+    expected = {
+        ("ConfigMap", FULLNAME), ("Service", FULLNAME), ("Service", f"{FULLNAME}-headless"),
+        ("Service", f"{FULLNAME}-metrics"), ("ServiceAccount", FULLNAME), ("StatefulSet", FULLNAME),
+    }
+    if not values.get("auth", {}).get("existingSecret"):
+        expected.add(("Secret", FULLNAME))
+    if values.get("podDisruptionBudget", {}).get("enabled", True):
+        expected.add(("PodDisruptionBudget", FULLNAME))
+    if values.get("serviceMonitor", {}).get("enabled"):
+        expected.add(("ServiceMonitor", FULLNAME))
+    if values.get("prometheusRule", {}).get("enabled"):
+        expected.add(("PrometheusRule", FULLNAME))
+    assert set(kinds) == expected
+    assert all(doc["metadata"].get("namespace", NAMESPACE) == NAMESPACE for doc in rendered.docs)
+
+
+def test_statefulset(rendered: Rendered) -> None:
+    sts = rendered.statefulset["spec"]
+    values = rendered.values
+    assert sts["replicas"] == values.get("replicaCount", 1)
+    assert sts["serviceName"] == f"{FULLNAME}-headless"
+    headless = rendered.one("Service", f"{FULLNAME}-headless")["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+
+    # One PVC per pod, mounted at the relay's data_dir.
+    (claim,) = sts["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    persistence = values.get("persistence", {})
+    assert claim["spec"]["resources"]["requests"]["storage"] == persistence.get("size", "20Gi")
+    assert claim["spec"].get("storageClassName") == persistence.get("storageClassName")
+    relay = rendered.container("relay")
+    assert {"name": "data", "mountPath": "/var/lib/binlog-relay"} in relay["volumeMounts"]
+
+    spec = rendered.pod_spec
+    assert 5 <= spec["terminationGracePeriodSeconds"] <= 60
+    assert spec["automountServiceAccountToken"] is False
+    # The image's entrypoint, on the file the init container assembles.
+    assert "command" not in relay
+    assert relay["args"] == ["run", "--config", "/run/binlog-relay/config.yaml"]
+    assert relay["resources"] == values.get("resources", relay["resources"])
+    assert relay["resources"]["requests"] and relay["resources"]["limits"]
+
+
+def test_security_context(rendered: Rendered) -> None:
+    pod = rendered.pod_spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] == UID and pod["fsGroup"] == UID
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in rendered.pod_spec["initContainers"] + rendered.pod_spec["containers"]:
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] is True and context["runAsUser"] == UID, container["name"]
+        assert context["readOnlyRootFilesystem"] is True, container["name"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}, container["name"]
+        # With a read-only root, everything written goes to a volume.
+        assert any(m["mountPath"] == "/run/binlog-relay" for m in container["volumeMounts"])
+
+
+def test_probes_and_ports(rendered: Rendered) -> None:
+    relay = rendered.container("relay")
+    ports = {port["name"]: port["containerPort"] for port in relay["ports"]}
+    config = rendered.values["config"]
+    assert ports == {"mysql": config.get("listen", {}).get("port", 3306),
+                     "metrics": config.get("metrics", {}).get("port", 9104)}
+    assert relay["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert relay["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert relay["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+
+def test_services_reach_the_pods(rendered: Rendered) -> None:
+    pod_labels = rendered.statefulset["spec"]["template"]["metadata"]["labels"]
+    selector = rendered.statefulset["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    port_names = {port["name"] for port in rendered.container("relay")["ports"]}
+    for service in rendered.all("Service"):
+        assert service["spec"]["selector"].items() <= pod_labels.items(), service["metadata"]["name"]
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in port_names, service["metadata"]["name"]
+    replicas = rendered.one("Service", FULLNAME)["spec"]["ports"]
+    service_port = rendered.values.get("service", {}).get("port", 3306)
+    assert [(p["name"], p["port"]) for p in replicas] == [("mysql", service_port)]
+    metrics = rendered.one("Service", f"{FULLNAME}-metrics")["spec"]["ports"]
+    assert [(p["name"], p["port"]) for p in metrics] == [("metrics", 9104)]
+    for pdb in rendered.all("PodDisruptionBudget"):
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_nothing_secret_outside_secrets(rendered: Rendered) -> None:
+    configmap = rendered.one("ConfigMap", FULLNAME)
+    config = yaml.safe_load(configmap["data"]["config.yaml"])
+    assert "users" not in config and "server_id" not in config
+    assert "password" not in config["upstream"] and "password_file" not in config["upstream"]
+    not_secrets = "\n".join(yaml.safe_dump(doc) for doc in rendered.docs if doc["kind"] != "Secret")
+    credentials = []
+    for data in rendered.secrets().values():
+        credentials.append(data["upstream-password"])
+        for user in yaml.safe_load(data["users.yaml"])["users"]:
+            credentials.append(user.get("password") or user["password_hash"])
+    for credential in filter(None, credentials):
+        assert credential not in not_secrets, "a credential outside the Secret"
+
+
+def test_service_monitor(rendered: Rendered) -> None:
+    monitors = rendered.all("ServiceMonitor")
+    if not rendered.values.get("serviceMonitor", {}).get("enabled"):
+        assert not monitors
+        return
+    (monitor,) = monitors
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    spec = monitor["spec"]
+    selected = [svc for svc in rendered.all("Service")
+                if spec["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()]
+    assert [svc["metadata"]["name"] for svc in selected] == [f"{FULLNAME}-metrics"]
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert re.fullmatch(r"\d+[smh]", endpoint["interval"])
+
+
+def test_prometheus_rule(rendered: Rendered) -> None:
+    rules_docs = rendered.all("PrometheusRule")
+    options = rendered.values.get("prometheusRule", {})
+    if not options.get("enabled"):
+        assert not rules_docs
+        return
+    (doc,) = rules_docs
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    (group,) = doc["spec"]["groups"]
+    rules = {rule["alert"]: rule for rule in group["rules"]}
+    assert set(rules) == {"BinlogRelayDown", "BinlogRelayUpstreamDown", "BinlogRelayLagHigh",
+                          "BinlogRelayDiskNearlyFull"}
+    job = f'job="{FULLNAME}-metrics"'
+    for name, rule in rules.items():
+        assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}, name
+        assert rule["for"] == options.get("for", "5m")
+        assert rule["labels"]["severity"] == "warning"
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        expr = rule["expr"]
+        assert expr.count("{") == expr.count("}") and expr.count("(") == expr.count(")"), name
+        assert f'namespace="{NAMESPACE}"' in expr
+    assert rules["BinlogRelayDown"]["expr"] == f'up{{namespace="{NAMESPACE}", {job}}} == 0'
+    assert rules["BinlogRelayUpstreamDown"]["expr"] == (
+        f'binlog_relay_upstream_connected{{namespace="{NAMESPACE}", {job}}} == 0')
+    assert rules["BinlogRelayLagHigh"]["expr"] == (
+        f'binlog_relay_upstream_lag_seconds{{namespace="{NAMESPACE}", {job}}} > {options["lagThresholdSeconds"]}')
+    disk = " ".join(rules["BinlogRelayDiskNearlyFull"]["expr"].split())
+    match = re.fullmatch(
+        r"kubelet_volume_stats_available_bytes\{(.+?)\} / "
+        r"kubelet_volume_stats_capacity_bytes\{(.+?)\} < ([0-9.]+)", disk)
+    assert match and match.group(1) == match.group(2), disk
+    assert float(match.group(3)) == options["diskFreeRatio"]
+    # The regex names exactly the PVCs of the StatefulSet's pods: <claim>-<statefulset>-<ordinal>.
+    pvc_regex = re.search(r'persistentvolumeclaim=~"([^"]+)"', match.group(1)).group(1)
+    claim = rendered.statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
+    for ordinal in range(rendered.statefulset["spec"]["replicas"]):
+        assert re.fullmatch(pvc_regex, f"{claim}-{FULLNAME}-{ordinal}")
+    assert not re.fullmatch(pvc_regex, f"{claim}-{FULLNAME}-other-0")
+    # Alertmanager templates survive Helm's own templating.
+    assert "{{ $labels.pod }}" in rules["BinlogRelayUpstreamDown"]["annotations"]["summary"]
+
+
+# ------------------------------------------------------------------ what the pod really reads
+
+
+def resolve_env(rendered: Rendered, container: dict[str, Any], pod_name: str) -> dict[str, str]:
+    """The container's environment as the kubelet would set it."""
+    secrets = rendered.secrets()
+    env = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+            continue
+        source = var["valueFrom"]
+        if "fieldRef" in source:
+            assert source["fieldRef"]["fieldPath"] == "metadata.name"
+            env[var["name"]] = pod_name
+        else:
+            ref = source["secretKeyRef"]
+            assert not ref.get("optional"), "a missing credential must keep the pod from starting"
+            env[var["name"]] = secrets[ref["name"]][ref["key"]]
+    return env
+
+
+def mount_volumes(rendered: Rendered, container: dict[str, Any], root: Path) -> dict[str, Path]:
+    """Fill a directory per volumeMount of ``container`` like the kubelet; mountPath -> directory."""
+    volumes = {volume["name"]: volume for volume in rendered.pod_spec["volumes"]}
+    configmaps = {cm["metadata"]["name"]: cm["data"] for cm in rendered.all("ConfigMap")}
+    secrets = rendered.secrets()
+    mounts = {}
+    for mount in container["volumeMounts"]:
+        target = root / mount["name"]
+        target.mkdir(parents=True, exist_ok=True)
+        mounts[mount["mountPath"]] = target
+        if mount["name"] == "data":
+            continue
+        volume = volumes[mount["name"]]
+        if "configMap" in volume:
+            data, items, optional = configmaps[volume["configMap"]["name"]], volume["configMap"].get("items"), False
+        elif "secret" in volume:
+            name = volume["secret"]["secretName"]
+            # TLS Secrets are the user's; stand-ins with the keys the chart asks for.
+            data = secrets.get(name) or {item["key"]: f"PEM of {name}/{item['key']}\n"
+                                         for item in volume["secret"].get("items", [])}
+            items, optional = volume["secret"].get("items"), volume["secret"].get("optional", False)
+        else:
+            assert "emptyDir" in volume, volume
+            continue
+        for item in items or [{"key": key, "path": key} for key in data]:
+            if item["key"] not in data:
+                assert optional, f"volume {mount['name']}: key {item['key']} missing"
+                continue
+            (target / item["path"]).write_text(data[item["key"]])
+    return mounts
+
+
+def relay_shim(directory: Path) -> Path:
+    """A `binlog-relay` on PATH that runs this checkout's CLI with this interpreter."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shim = directory / "binlog-relay"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c '
+                    f'"import sys; from relay.cli import main; sys.exit(main())" "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    return directory
+
+
+def remap(text: str, mounts: dict[str, Path]) -> str:
+    for mount_path in sorted(mounts, key=len, reverse=True):
+        text = text.replace(mount_path, str(mounts[mount_path]))
+    return text
+
+
+def run_init_container(rendered: Rendered, ordinal: int, tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """Runs the init container's script as the kubelet would; returns the assembled config."""
+    init = rendered.container("config")
+    assert init["image"] == rendered.container("relay")["image"]
+    pod_name = f"{FULLNAME}-{ordinal}"
+    mounts = mount_volumes(rendered, init, tmp_path / "volumes")
+    shell, flag, script = init["command"]
+    assert (shell, flag) == ("/bin/sh", "-c")
+    env = {"PATH": f"{relay_shim(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": str(ROOT), **resolve_env(rendered, init, pod_name)}
+    result = run([shell, flag, remap(script, mounts)], env=env, cwd=tmp_path)
+    assert result.returncode == 0, f"init container of {pod_name} ({rendered.name}):\n{result.stdout}{result.stderr}"
+    assert "OK" in result.stdout, result.stdout
+    return mounts["/run/binlog-relay"] / "config.yaml", mounts
+
+
+def pod_ordinals(rendered: Rendered) -> list[int]:
+    replicas = rendered.statefulset["spec"]["replicas"]
+    return sorted({0, replicas - 1})
+
+
+def test_pod_config_passes_the_relays_check(rendered: Rendered, tmp_path: Path) -> None:
+    values_config = rendered.values["config"]
+    base = values_config.get("server_id", 1001)
+    relay = rendered.container("relay")
+    for ordinal in pod_ordinals(rendered):
+        assembled, init_mounts = run_init_container(rendered, ordinal, tmp_path / f"pod-{ordinal}")
+        env = resolve_env(rendered, relay, f"{FULLNAME}-{ordinal}")
+        assert set(env) >= {"BINLOG_RELAY_UPSTREAM_PASSWORD"}
+        config = load_config(assembled, environ=env)
+
+        # server_id per pod, nothing else changed by the ordinal.
+        assert config.server_id == base + ordinal
+        assert config.server_id not in config.upstream.ignore_server_ids
+        # data_dir is the PVC's mount.
+        data_mount = next(m["mountPath"] for m in relay["volumeMounts"] if m["name"] == "data")
+        assert config.data_dir == data_mount
+        # The relay listens where the container ports and probes point.
+        ports = {port["name"]: port["containerPort"] for port in relay["ports"]}
+        assert (config.listen.port, config.metrics.port) == (ports["mysql"], ports["metrics"])
+        assert config.metrics.enabled
+        # Values arrive unchanged.
+        upstream = values_config["upstream"]
+        assert config.upstream.host == upstream["host"]
+        assert config.upstream.port == upstream.get("port", 3306)
+        assert list(config.upstream.ignore_server_ids) == upstream.get("ignore_server_ids", [])
+        assert config.upstream.ssl.mode == upstream.get("ssl", {}).get("mode", "disabled")
+        if "start" in upstream:
+            assert (config.upstream.start.file, config.upstream.start.position) == (
+                upstream["start"]["file"], upstream["start"]["position"])
+        # Credentials come from the Secret.
+        secrets = rendered.secrets()
+        secret = secrets[rendered.values.get("auth", {}).get("existingSecret") or FULLNAME]
+        assert config.upstream.password.reveal() == secret["upstream-password"]
+        expected_users = yaml.safe_load(secret["users.yaml"])["users"]
+        assert [user.name for user in config.users] == [user["name"] for user in expected_users]
+        for user, expected in zip(config.users, expected_users):
+            if "password" in expected:
+                assert user.password.reveal() == expected["password"]
+            else:
+                assert user.password_hash == expected["password_hash"]
+        # TLS files are where the relay container mounts them.
+        relay_mounts = {m["mountPath"] for m in relay["volumeMounts"]}
+        for path in filter(None, [config.listen.ssl.cert, config.listen.ssl.key, config.upstream.ssl.ca,
+                                  config.upstream.ssl.cert, config.upstream.ssl.key]):
+            assert os.path.dirname(path) in relay_mounts, path
+            assert remap(path, init_mounts) != path and Path(remap(path, init_mounts)).is_file(), path
+        tls = rendered.values.get("tls", {})
+        assert (config.listen.ssl.cert is not None) == bool(tls.get("listen", {}).get("secretName"))
+        assert (config.upstream.ssl.ca is not None) == bool(tls.get("upstream", {}).get("secretName"))
+        # extraEnv overrides reach the relay.
+        for var in rendered.values.get("extraEnv", []):
+            assert env[var["name"]] == var["value"]
+
+
+def test_rendered_config_parses_in_process(rendered: Rendered) -> None:
+    """The same without the shell: ConfigMap + users + the pod's overrides through parse_config."""
+    configmap = yaml.safe_load(rendered.one("ConfigMap", FULLNAME)["data"]["config.yaml"])
+    secret = rendered.secrets()[rendered.values.get("auth", {}).get("existingSecret") or FULLNAME]
+    base = int(next(v["value"] for v in rendered.container("config")["env"] if v["name"] == "SERVER_ID_BASE"))
+    assert base == rendered.values["config"].get("server_id", 1001)
+    data = {"server_id": base + rendered.statefulset["spec"]["replicas"] - 1, **configmap,
+            **yaml.safe_load(secret["users.yaml"])}
+    env = resolve_env(rendered, rendered.container("relay"), f"{FULLNAME}-0")
+    config = parse_config(data, environ=env, source="chart")
+    retention = rendered.values["config"].get("storage", {}).get("retention", {})
+    if "max_size" in retention:
+        assert config.storage.retention.max_size == 80 * 2**30
+        assert config.storage.retention.max_age == 14 * 86400
+        assert config.storage.retention.min_files == retention["min_files"]
+    else:
+        assert config.storage.retention.max_size is None
+
+
+# ------------------------------------------------------------------ values.schema.json vs the relay
+
+
+def schema_paths(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    for key, child in node.get("properties", {}).items():
+        path = f"{prefix}.{key}" if prefix else key
+        yield path, child
+        yield from schema_paths(child, path)
+
+
+def test_values_schema_knows_every_relay_key() -> None:
+    """values.schema.json's `config` has exactly the relay's keys minus the chart-managed ones."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["config"]
+    in_schema = dict(schema_paths(schema))
+    relay_keys = {option.path: option for option in iter_options()
+                  if option.path.split("[")[0] not in CHART_MANAGED and not option.path.startswith("users")}
+    assert set(in_schema) == set(relay_keys), (
+        f"add to values.schema.json: {sorted(set(relay_keys) - set(in_schema))}; "
+        f"remove from it: {sorted(set(in_schema) - set(relay_keys))}")
+    for path, node in in_schema.items():
+        option = relay_keys[path]
+        if option.type == "mapping":
+            assert node.get("additionalProperties") is False, path
+        if option.type.startswith("one of "):
+            choices = option.type.removeprefix("one of ").split(", ")
+            assert set(choices) <= set(node["enum"]) and set(node["enum"]) - set(choices) <= {
+                choice.lower() for choice in choices}, path
+    # The chart's defaults (values.yaml) are a valid relay configuration once host is set.
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    defaults["upstream"]["host"] = "primary"
+    parse_config({**defaults, "data_dir": "/var/lib/binlog-relay"}, environ={})
+
+
+# ------------------------------------------------------------------ refusals
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({}, "config.upstream.host is required"),
+    ({"config": {"data_dir": "/elsewhere"}}, "data_dir"),
+    ({"config": {"users": []}}, "users"),
+    ({"config": {"upstream": {"password": "x"}}}, "password"),
+    ({"config": {"upstream": {"hots": "typo"}}}, "hots"),
+    ({"config": {"storage": {"sync": "sometimes"}}}, "sync"),
+    ({"replicaCount": 3, "config": {"server_id": 10, "upstream": {"ignore_server_ids": [12]}}},
+     "ignore_server_ids contains 12"),
+    ({"replicaCount": 2, "config": {"server_id": 4294967295}}, "exceeds 4294967295"),
+    ({"auth": {"users": [{"name": "a"}]}}, "users"),
+    ({"auth": {"users": [{"name": "a", "password": "p", "password_hash": "*" + "0" * 40}]}}, "users"),
+    ({"auth": {"existingSecret": "s", "upstreamPassword": "p"}}, "not used with auth.existingSecret"),
+    ({"config": {"listen": {"ssl": {"require": True}}}}, "tls.listen.secretName"),
+    ({"config": {"upstream": {"ssl": {"mode": "verify_ca"}}}}, "tls.upstream.secretName"),
+    ({"config": {"metrics": {"enabled": False}}}, "metrics.enabled must stay true"),
+    ({"config": {"listen": {"port": 0}}}, "listen.port must not be 0"),
+])
+def test_chart_refuses(helm: str, tmp_path_factory: pytest.TempPathFactory, values: dict[str, Any],
+                       message: str) -> None:
+    values = copy.deepcopy(values)
+    if values != {}:
+        values.setdefault("config", {}).setdefault("upstream", {}).setdefault("host", "primary")
+    result = helm_template(helm, values_file(tmp_path_factory, values))
+    assert result.returncode != 0, f"rendered although {message!r} is wrong"
+    assert message in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------ the relay's metric names
+
+
+def test_alerted_metrics_exist_in_the_relay() -> None:
+    metrics = ROOT / "relay" / "metrics.py"
+    if not metrics.exists():
+        pytest.skip("relay/metrics.py does not exist yet")
+    source = metrics.read_text()
+    for name in ("binlog_relay_upstream_connected", "binlog_relay_upstream_lag_seconds"):
+        short = name.removeprefix("binlog_relay_")
+        assert name in source or (f'"{short}"' in source and "binlog_relay" in source), (
+            f"the PrometheusRule alerts on {name}, which relay/metrics.py does not define")
