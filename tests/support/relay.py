@@ -23,7 +23,8 @@ def relay_config(data_dir: Path, upstream_port: int, **overrides: Any) -> dict[s
         "data_dir": str(data_dir),
         "upstream": {"host": "127.0.0.1", "port": upstream_port, "user": "repl", "password": "replpass",
                      "heartbeat_period": 1.0, "reconnect": {"initial_delay": 0.1, "max_delay": 1.0}},
-        "listen": {"host": "127.0.0.1", "port": 0},
+        "listen": {"host": "127.0.0.1", "port": free_port()},
+        "users": [{"name": "repl", "password": "replpass"}],
         "metrics": {"host": "127.0.0.1", "port": 0},
         "storage": {"sync": "commit"},
         "logging": {"level": "INFO"},
@@ -56,6 +57,16 @@ class RelayProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def port(self) -> int:
+        """Where replicas connect to this relay."""
+        return int(self.config["listen"]["port"])
+
+    def wait_listening(self, timeout: float = 30.0) -> None:
+        wait_for(lambda: "listening for replicas" in self.log_text() or not self.alive(), timeout,
+                 "relay did not start listening")
+        assert self.alive(), self.log_text()[-3000:]
 
     @property
     def pid(self) -> int:
