@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 
 import trio
 
@@ -12,9 +13,12 @@ from .downstream.listener import Downstream
 from .downstream.registry import Registry
 from .metrics import Metrics
 from .storage.relaylog import RelayLog
+from .storage.retention import RetentionKeeper, RetentionPolicy
 from .upstream import Upstream, UpstreamSettings
 
 log = logging.getLogger(__name__)
+
+RETENTION_CHECK_SECONDS = 2.0  # a stat() per stored file: cheap enough to keep purges prompt
 
 
 def upstream_settings(config: Config) -> UpstreamSettings:
@@ -51,7 +55,10 @@ class Relay:
         self.relay_log = open_relay_log(config)
         self.upstream = Upstream(upstream_settings(config), self.relay_log)
         self.registry = Registry()
-        self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry)
+        retention = config.storage.retention
+        self.retention = RetentionKeeper(self.relay_log, RetentionPolicy(
+            retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use)
+        self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
         self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
 
     async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
@@ -62,10 +69,16 @@ class Relay:
                     await nursery.start(self.metrics.serve, self.config.metrics.host, self.config.metrics.port)
                 nursery.start_soon(self.upstream.run)
                 nursery.start_soon(self._sync_timer)
+                nursery.start_soon(self._retention_timer)
                 task_status.started(self)
         finally:
             self.relay_log.close()
             log.info("relay stopped; state written")
+
+    async def _retention_timer(self) -> None:
+        while True:
+            await trio.sleep(RETENTION_CHECK_SECONDS)
+            self.retention.enforce(time.time())
 
     async def _sync_timer(self) -> None:
         # With sync: interval an idle upstream sends no more writes, so flush on a clock too.

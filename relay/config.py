@@ -467,6 +467,7 @@ class UserConfig:
     # Not a Secret (it is what mysql.user shows), but kept out of repr all the same.
     password_hash: str | None = _opt(_NativeHash(), "mysql_native_password hash, '*' + 40 hex digits.",
                                      None, nullable=True, repr=False)
+    admin: bool = _opt(_Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary).", False)
 
     def native_hash(self) -> bytes:
         """SHA1(SHA1(password)), the 20 bytes mysql_native_password checks against; b"" = no password."""

@@ -90,6 +90,8 @@ class RelayCollector(Collector):
         yield _gauge("committed_position_bytes", "Offset of the committed end in that file",
                      committed[1] if committed else 0)
         yield _counter("stored_written_bytes", "Bytes appended to binlog files", self.relay_log.bytes_written)
+        yield _counter("purged_files", "Binlog files removed by retention or PURGE BINARY LOGS",
+                       self.relay_log.purged_files)
 
     def _size(self, name: str) -> int:
         try:

@@ -17,6 +17,7 @@ from ..protocol.packets import build_err, frame
 from ..binlog.gtid import format_gtid_position
 from ..storage.gtidindex import GtidIndex
 from ..storage.relaylog import RelayLog
+from ..storage.retention import RetentionKeeper
 from ..upstream import UpstreamStatus
 from . import queries
 from .registry import Registry
@@ -44,7 +45,7 @@ def tls_context(config: Config) -> ssl.SSLContext | None:
 
 class Downstream:
     def __init__(self, config: Config, relay_log: RelayLog, upstream_status: UpstreamStatus,
-                 registry: Registry) -> None:
+                 registry: Registry, retention: RetentionKeeper) -> None:
         self.config = config
         self.relay_log = relay_log
         self.upstream_status = upstream_status
@@ -52,6 +53,7 @@ class Downstream:
         self.port: int | None = None
         self.active_connections = 0
         connection_ids = itertools.count(1)
+        admins = {user.name for user in config.users if user.admin}
         self.gtid_index = GtidIndex(relay_log)
         self.context = SessionContext(
             relay_log=relay_log, registry=registry, relay_server_id=config.server_id,
@@ -59,7 +61,8 @@ class Downstream:
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
-            gtid_index=self.gtid_index)
+            gtid_index=self.gtid_index, retention=retention,
+            is_admin=lambda name: name in admins)
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def facts(self) -> queries.ServerFacts:

@@ -63,6 +63,9 @@ class Registry:
             del self.dumps[dump.server_id]
             self.replicas.pop(dump.server_id, None)
 
+    def files_in_use(self) -> set[str]:
+        return {dump.file for dump in self.dumps.values() if dump.file}
+
     def slave_hosts(self, relay_server_id: int) -> list[tuple[int, str, int, int]]:
         return [(r.server_id, r.host, r.port, relay_server_id) for r in self.replicas.values()
                 if r.server_id in self.dumps]

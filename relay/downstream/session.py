@@ -20,6 +20,7 @@ from ..protocol import server as proto
 from ..binlog.gtid import GtidError
 from ..storage.gtidindex import GtidIndex, GtidLookupError
 from ..storage.relaylog import RelayLog
+from ..storage.retention import PurgeRefused, RetentionKeeper
 from ..storage.scan import read_batch
 from . import queries
 from .registry import DumpState, Registry, Replica
@@ -48,6 +49,8 @@ class SessionContext:
     tls_required: bool
     next_connection_id: Callable[[], int]
     gtid_index: GtidIndex
+    retention: RetentionKeeper
+    is_admin: Callable[[str], bool]
 
 
 class _Session:
@@ -128,7 +131,9 @@ class _Session:
                 self.conn.send_error(proto.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
     def _answer(self, sql: str) -> None:
-        reply = queries.answer(sql, self.variables, self.context.facts(), self.connection_id, self.user)
+        purge = queries.parse_purge(sql)
+        reply = self._purge(purge) if purge is not None else queries.answer(
+            sql, self.variables, self.context.facts(), self.connection_id, self.user)
         if isinstance(reply, queries.Rows):
             self.conn.send_result_set(reply.columns, list(reply.rows))
         elif isinstance(reply, queries.Ok):
@@ -136,6 +141,23 @@ class _Session:
         else:
             log.debug("downstream %s: %s -> ERROR %d %s", self.peer, sql[:200], reply.code, reply.message)
             self.conn.send_error(reply.code, reply.message, reply.sqlstate)
+
+    def _purge(self, request: queries.PurgeRequest | queries.Error) -> queries.Reply:
+        if isinstance(request, queries.Error):
+            return request
+        if not self.context.is_admin(self.user):
+            return queries.Error(queries.ER_SPECIFIC_ACCESS_DENIED, "Access denied; you need (at least one of) "
+                                 "the SUPER, BINLOG ADMIN privilege(s) for this operation", "42000")
+        retention = self.context.retention
+        try:
+            if request.to_file is not None:
+                purged = retention.purge_to(request.to_file)
+            else:
+                purged = retention.purge_before(request.before or 0.0)
+        except PurgeRefused as refusal:
+            return queries.Error(refusal.code, str(refusal))
+        log.info("downstream %s: user %s purged %d binlog files", self.peer, self.user, len(purged))
+        return queries.Ok()
 
     def _register(self, event: proto.RegisterSlave) -> None:
         if event.server_id == self.context.relay_server_id:

@@ -22,6 +22,7 @@ from ..binlog.stream import ResumePoint, Segment
 from .files import DataDirError, DataDirLock, fsync_dir
 from .index import read_index, write_index
 from .scan import iter_events
+from .retention import StoredFile
 from .state import Checkpoint, RelayState, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class RelayLog:
         self._commit_event = trio.Event()
         self.fsync_seconds: list[float] = []  # drained by metrics
         self.bytes_written = 0
+        self.purged_files = 0
 
     # ------------------------------------------------------------ open / recover / close
 
@@ -254,6 +256,30 @@ class RelayLog:
         os.fsync(fd)
         fsync_dir(self.data_dir)
         self._fd = fd
+
+    # ------------------------------------------------------------ retention
+
+    def stored_files(self) -> list[StoredFile]:
+        stored = []
+        for name in self.files:
+            stat = self.path(name).stat()
+            stored.append(StoredFile(name, self.file_end(name), stat.st_mtime))
+        return stored
+
+    def purge(self, names: list[str]) -> list[str]:
+        """Remove the oldest files: from the index first (atomically), then from disk."""
+        if not names:
+            return []
+        if names != self.files[: len(names)] or len(names) >= len(self.files):
+            raise DataDirError(f"refusing to purge {names}: only the oldest files, never the active one")
+        self.files = self.files[len(names) :]
+        write_index(self.data_dir, self.files)
+        for name in names:
+            self.path(name).unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        self.purged_files += len(names)
+        log.info("purged %s", ", ".join(names))
+        return names
 
     # ------------------------------------------------------------ identity of the upstream
 

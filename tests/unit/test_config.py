@@ -99,7 +99,7 @@ def test_example_yaml_loads_every_key():
     assert config.upstream.start.file == "mysql-bin.000001" and config.upstream.start.position == 4
     assert config.storage.retention.max_size == 10 * 2**30
     assert config.storage.retention.max_age == 7 * 86400
-    assert [user.name for user in config.users] == ["repl", "replica2"]
+    assert [(user.name, user.admin) for user in config.users] == [("repl", False), ("replica2", False), ("dba", True)]
     # Every documented key appears in the example.
     text = (REPO / "config" / "example.yaml").read_text()
     for option in iter_options():
