@@ -192,6 +192,8 @@ class _Session:
             options.gtid_skip_through = plan.skip_through
             file, position = plan.file, 4
         blocking = not (flags & DUMP_FLAG_NON_BLOCK) and server_id != 0
+        self.conn.semi_sync = any(str(self.variables.values.get(name, 0)) not in ("0", "None")
+                                  for name in ("rpl_semi_sync_slave", "rpl_semi_sync_replica"))
         registry = self.context.registry
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d", self.peer, server_id, file or "(first)", position)

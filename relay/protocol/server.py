@@ -139,7 +139,8 @@ class _State(enum.Enum):
 class ServerConnection:
     def __init__(self, *, server_version: str, connection_id: int, peer_host: str,
                  lookup_user: Callable[[str], Credentials | None], tls_available: bool = False,
-                 tls_required: bool = False, scramble: bytes | None = None) -> None:
+                 tls_required: bool = False, scramble: bytes | None = None,
+                 auth_plugin: str = auth.NATIVE_PASSWORD) -> None:
         self._lookup_user = lookup_user
         self._peer_host = peer_host
         self._tls_required = tls_required
@@ -151,8 +152,8 @@ class ServerConnection:
         self._state = _State.HANDSHAKE
         self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
         capabilities = SERVER_CAPABILITIES | (CLIENT_SSL if tls_available else 0)
-        self._send(build_greeting(server_version, connection_id, self._scramble, capabilities,
-                                  auth.NATIVE_PASSWORD))
+        self.semi_sync = False  # the client asked for semi-sync: events carry ef 00 (never an ACK request)
+        self._send(build_greeting(server_version, connection_id, self._scramble, capabilities, auth_plugin))
 
     # ------------------------------------------------------------ plumbing
 
@@ -300,7 +301,12 @@ class ServerConnection:
         self._state = _State.DUMPING
 
     def send_events(self, events: list[bytes | memoryview]) -> None:
-        """Frame each event as ``00 | event`` (one packet each, split past 16 MB)."""
+        """Frame each event as ``00 | event`` (one packet each, split past 16 MB); under
+        semi-sync as ``00 ef 00 | event``: the relay never asks for an ACK (PROTOCOL.md 6)."""
+        if self.semi_sync:
+            for event in events:
+                self._send(b"\x00\xef\x00" + bytes(event))
+            return
         parts = self._out
         seq = self._seq
         pack = _PACKET_PREFIX.pack
