@@ -240,3 +240,18 @@ async def _read_request_line(stream: trio.SocketStream) -> str | None:
             return None
     line = data.split(b"\n", 1)[0].rstrip(b"\r")
     return line.decode("latin-1") if line else None
+
+
+def metrics_reference() -> str:
+    """The README's metrics table: every family the relay exports, with its help text."""
+    from .storage.relaylog import RelayLog as _RelayLog
+
+    relay_log = _RelayLog("/nonexistent-binlog-relay-docs")
+    metrics = Metrics(UpstreamStatus(), relay_log, Registry())
+    lines = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
+    for family in metrics.registry.collect():
+        labels = list(getattr(family, "_labelnames", ())) or sorted(
+            {key for sample in family.samples for key in sample.labels if key != "le"})
+        name = family.name + ("_total" if family.type == "counter" else "")
+        lines.append(f"| `{name}` | {family.type} | {', '.join(labels)} | {family.documentation} |")
+    return "\n".join(lines)

@@ -226,12 +226,14 @@ class RelayLog:
     def _discard_uncommitted(self) -> None:
         if self._fd is None or self.committed is None:
             return
+        # Unconditionally: a write that failed half-way (disk full) moved the file offset
+        # without moving _write_pos.
         end = self.committed[1]
-        if self._write_pos > end:
-            os.ftruncate(self._fd, end)
-            os.lseek(self._fd, end, os.SEEK_SET)
-            self._write_pos = end
-            self._durable_pos = min(self._durable_pos, end)
+        os.ftruncate(self._fd, end)
+        os.lseek(self._fd, end, os.SEEK_SET)
+        self._write_pos = end
+        self._durable_pos = min(self._durable_pos, end)
+        self._pending_commit = None
 
     def _begin_file(self, name: str) -> None:
         if self.committed is not None:
