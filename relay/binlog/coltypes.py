@@ -720,7 +720,7 @@ def decode_mysql_json(data: bytes) -> Any:
     """
     if not data:
         return None
-    return _json_value(data[0], data, 1, len(data))
+    return _json_value(data[0], data, 1, len(data), 0)
 
 
 def _json_varlen(buf: bytes, pos: int) -> tuple[int, int]:
@@ -733,9 +733,14 @@ def _json_varlen(buf: bytes, pos: int) -> tuple[int, int]:
     raise ValueError("JSON variable-length integer longer than 5 bytes")
 
 
-def _json_value(t: int, buf: bytes, pos: int, end: int) -> Any:
+_JSON_MAX_DEPTH = 100  # MySQL's JSON_DOCUMENT_MAX_DEPTH; also stops offset cycles
+
+
+def _json_value(t: int, buf: bytes, pos: int, end: int, depth: int) -> Any:
     if t <= 3:
-        return _json_container(t, buf, pos, end)
+        if depth >= _JSON_MAX_DEPTH:
+            raise ValueError(f"JSON nested deeper than {_JSON_MAX_DEPTH}")
+        return _json_container(t, buf, pos, end, depth + 1)
     if t == 4:
         lit = buf[pos]
         if lit > 2:
@@ -756,7 +761,7 @@ def _json_value(t: int, buf: bytes, pos: int, end: int) -> Any:
     raise ValueError(f"unknown JSON value type {t}")
 
 
-def _json_container(t: int, buf: bytes, base: int, end: int) -> Any:
+def _json_container(t: int, buf: bytes, base: int, end: int, depth: int) -> Any:
     large = t & 1
     off = struct.Struct("<I" if large else "<H").unpack_from
     osz = 4 if large else 2
@@ -780,9 +785,9 @@ def _json_container(t: int, buf: bytes, base: int, end: int) -> Any:
     for _ in range(count):
         vt = buf[pos]
         if vt in inline:
-            values.append(_json_value(vt, buf, pos + 1, pos + 1 + osz))
+            values.append(_json_value(vt, buf, pos + 1, pos + 1 + osz, depth))
         else:
-            values.append(_json_value(vt, buf, base + off(buf, pos + 1)[0], end))
+            values.append(_json_value(vt, buf, base + off(buf, pos + 1)[0], end, depth))
         pos += 1 + osz
     return dict(zip(keys, values)) if t <= 1 else values
 
