@@ -152,14 +152,21 @@ def missing_programs() -> list[str]:
 
 
 def check_installed() -> None:
-    """Raise MariaDBNotInstalled, naming every missing program and the package to install."""
+    """Raise MariaDBNotInstalled, naming every missing program and the packages to install."""
     missing = missing_programs()
     if missing:
         variables = ", ".join(program_env_var(name) for name in missing)
         raise MariaDBNotInstalled(
-            f"MariaDB is not installed ({', '.join(missing)} not found in PATH, /usr/sbin or "
-            f"/usr/bin). On Debian/Ubuntu: {INSTALL_COMMAND}  "
-            f"(or point {variables} at the programs)")
+            f"MariaDB is not installed: {'; '.join(_where_looked(name) for name in missing)}. "
+            f"On Debian/Ubuntu install it with: {INSTALL_COMMAND}  "
+            f"(or set {variables} to the programs' paths)")
+
+
+def _where_looked(name: str) -> str:
+    override = os.environ.get(program_env_var(name))
+    if override:
+        return f"{name} not found at {program_env_var(name)}={override}"
+    return f"{name} not found in PATH, /usr/sbin or /usr/bin"
 
 
 # ---------------------------------------------------------------------------- helpers

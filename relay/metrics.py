@@ -54,9 +54,11 @@ class RelayCollector(Collector):
         event_bytes = CounterMetricFamily(f"{PREFIX}_upstream_event_bytes",
                                           "Bytes of binlog events received, by type", labels=["type"])
         stream = status.stream
-        for etype, (count, size) in sorted((stream.events_by_type if stream else {}).items()):
-            events.add_metric([event_name(etype)], count)
-            event_bytes.add_metric([event_name(etype)], size)
+        if stream is not None:
+            for etype, count in enumerate(stream.event_counts):
+                if count:
+                    events.add_metric([event_name(etype)], count)
+                    event_bytes.add_metric([event_name(etype)], stream.event_bytes[etype])
         yield events
         yield event_bytes
         last = stream.last_event_timestamp if stream else 0

@@ -286,7 +286,6 @@ class Upstream:
 
     async def _ingest(self, conn: _Connection, stream: DumpStream) -> None:
         silence_limit = 2 * self.settings.heartbeat_period
-        protocol = conn.protocol
         receive = conn.stream.receive_some
         while True:
             with trio.move_on_after(silence_limit) as idle:
@@ -295,10 +294,9 @@ class Upstream:
                 raise ConnectionError(f"no event or heartbeat from the primary for {silence_limit:.0f}s")
             if not data:
                 raise ConnectionError("the primary closed the connection")
-            protocol.receive_data(data)
             self.status.bytes_received += len(data)
             try:
-                segments = stream.process(protocol.read_binlog_packets())
+                segments = stream.receive(data)
             except ServerError as exc:
                 if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                     raise FatalIngestError(f"the primary refused the binlog dump: {exc.message}") from exc

@@ -108,7 +108,6 @@ def test_kill_9_at_random_moments_loses_and_doubles_nothing(mariadb_factory, tmp
         assert primary.sql("SELECT COUNT(*) FROM loadtest.t")[0][0] == 3 * load.commits
     finally:
         relay.stop()
-    assert relay.log_text().count("binlog-relay running") == 11
 
 
 def test_upstream_cut_mid_transaction_and_primary_restart(mariadb_factory, tmp_path):

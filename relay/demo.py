@@ -1,0 +1,434 @@
+"""``binlog-relay demo``: a local MariaDB primary, the relay in-process, a stream of writes,
+a live view, and at the end a byte-for-byte comparison of what the relay stored.
+
+Everything lives in one temporary directory that is removed at the end. The pieces:
+
+    Demo.write_rows      small transactions into demo.events, now and then a multi-row one
+    Demo.status          one Status per refresh (positions, lag, files), shown by LiveView
+    Demo.wait_caught_up  after the writes stop: the relay's committed end reaches the primary's
+    mirror_differences   the stored files against the primary's, byte for byte
+
+To show more (a replica of the relay, the metrics URL), add a component to Demo, a field
+to Status and its line in Status.fields().
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import signal
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import trio
+
+from .app import Relay
+from .config import Config, parse_config
+from .localdb import (
+    REPL_PASSWORD,
+    REPL_USER,
+    ROOT_USER,
+    LocalMariaDB,
+    MariaDBError,
+    MariaDBNotInstalled,
+    check_installed,
+    set_template_parent,
+)
+from .logs import setup_logging
+from .protocol.resultset import ResultSet
+from .storage.relaylog import RelayLog
+from .upstream import UpstreamSettings, connect
+
+Position = tuple[str, int]
+Row = tuple[str | None, ...]
+
+PRIMARY_SERVER_ID = 1
+RELAY_SERVER_ID = 1001
+HOST = "127.0.0.1"
+# The demo writes about 5 KB a second: a small max_binlog_size rotates the binlog every
+# second or two, so even a short run shows the relay following the primary across files.
+MAX_BINLOG_SIZE = 8 * 1024
+WRITE_INTERVAL = 0.2  # seconds between transactions: "a few per second"
+MULTI_ROW_EVERY = 6  # every 6th transaction inserts several rows at once
+MULTI_ROW_COUNT = (5, 20)
+REFRESH_INTERVAL = 1.0
+CATCH_UP_TIMEOUT = 30.0
+CATCH_UP_POLL = 0.1
+QUERY_TIMEOUT = 10.0
+# The FDE's flags byte (4-byte magic + 17 bytes into the header); bit 0 is BINLOG_IN_USE,
+# set in the primary's active file while it is open, so it may differ there only.
+IN_USE_FLAG_OFFSET = 4 + 17
+IN_USE_FLAG = 0x01
+
+SCHEMA = (
+    "CREATE DATABASE IF NOT EXISTS demo",
+    "CREATE TABLE IF NOT EXISTS demo.events ("
+    " id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+    " message VARCHAR(255) NOT NULL,"
+    " created_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"
+    ") ENGINE=InnoDB",
+)
+_WORDS = ("order", "payment", "login", "logout", "signup", "refund", "shipment", "review",
+          "cart", "invoice", "coupon", "upgrade", "search", "click", "comment", "export")
+
+
+# ------------------------------------------------------------------------ SQL
+
+
+async def sql(host: str, port: int, user: str, password: str, query: str) -> list[Row]:
+    """Run one statement on a new connection and return its rows ([] for statements without).
+
+    Uses the relay's own protocol client (the product has no other one)."""
+    settings = UpstreamSettings(host=host, port=port, user=user, password=password,
+                                relay_server_id=0, connect_timeout=QUERY_TIMEOUT)
+    with trio.fail_after(QUERY_TIMEOUT):
+        conn = await connect(settings)
+        try:
+            result = await conn.query(query)
+            conn.protocol.quit()  # a polite goodbye keeps "Aborted connection" out of error.log
+            await conn.flush()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(conn.stream)
+    return list(result.rows) if isinstance(result, ResultSet) else []
+
+
+def sql_string(text: str) -> str:
+    """A quoted SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _position(row: Row) -> Position:
+    return str(row[0]), int(row[1] or 0)
+
+
+# ------------------------------------------------------------------- the view
+
+
+@dataclass(frozen=True)
+class Status:
+    """What one refresh of the live view shows."""
+
+    elapsed: float
+    rows_written: int
+    primary: Position
+    relay: Position | None
+    lag_bytes: int
+    files_stored: int
+    bytes_stored: int
+
+    def fields(self) -> list[tuple[str, str]]:
+        return [
+            ("time", f"{self.elapsed:5.1f}s"),
+            ("rows written", str(self.rows_written)),
+            ("primary at", _show_position(self.primary)),
+            ("relay committed", _show_position(self.relay)),
+            ("lag", _show_size(self.lag_bytes)),
+            ("files stored", f"{self.files_stored} ({_show_size(self.bytes_stored)})"),
+        ]
+
+
+def _show_position(position: Position | None) -> str:
+    return "-" if position is None else f"{position[0]}:{position[1]}"
+
+
+def _show_size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+class LiveView:
+    """A block of lines redrawn in place on a terminal; one line per refresh otherwise
+    (a pipe or a log file wants a history, not escape codes)."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.redraw = out.isatty()
+        self._lines_on_screen = 0
+
+    def show(self, status: Status) -> None:
+        fields = status.fields()
+        if self.redraw:
+            if self._lines_on_screen:
+                # Back to the start of the block, and clear it (it may have been longer).
+                self.out.write(f"\x1b[{self._lines_on_screen}F\x1b[J")
+            lines = [f"  {label:<16} {value}" for label, value in fields]
+            self.out.write("\n".join(lines) + "\n")
+            self._lines_on_screen = len(lines)
+        else:
+            self.out.write(" | ".join(f"{label} {value}" for label, value in fields) + "\n")
+        self.out.flush()
+
+    def keep(self) -> None:
+        """Leave the last block on screen; what is printed next goes below it."""
+        self._lines_on_screen = 0
+
+
+# ------------------------------------------------------------------- the demo
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"VERDICT: {'OK' if self.ok else 'FAILED'} - {self.detail}"
+
+
+class Demo:
+    """The primary, the relay, and the writes: what the live view and the verdict look at."""
+
+    def __init__(self, primary: LocalMariaDB, relay: Relay) -> None:
+        self.primary = primary
+        self.relay = relay
+        self.rows_written = 0
+        self.started = trio.current_time()
+
+    @property
+    def relay_log(self) -> RelayLog:
+        return self.relay.relay_log
+
+    async def primary_sql(self, query: str) -> list[Row]:
+        return await sql(HOST, self.primary.port, ROOT_USER, "", query)
+
+    async def master_status(self) -> Position:
+        rows = await self.primary_sql("SHOW MASTER STATUS")
+        if not rows:
+            raise MariaDBError("SHOW MASTER STATUS on the primary is empty (binlog off?)")
+        return _position(rows[0])
+
+    async def binary_logs(self) -> list[Position]:
+        """SHOW BINARY LOGS as [(name, size)], oldest first."""
+        return [_position(row) for row in await self.primary_sql("SHOW BINARY LOGS")]
+
+    # --- the load
+
+    async def write_rows(self, stop: trio.Event) -> None:
+        """Insert until stop is set; the transaction under way when it is set completes, so
+        rows_written is exactly what the primary committed."""
+        rng = random.Random()
+        transactions = 0
+        while not stop.is_set():
+            multi_row = transactions % MULTI_ROW_EVERY == MULTI_ROW_EVERY - 1
+            count = rng.randint(*MULTI_ROW_COUNT) if multi_row else 1
+            values = ", ".join(f"({sql_string(_message(rng, self.rows_written + i + 1))})"
+                               for i in range(count))
+            await self.primary_sql(f"INSERT INTO demo.events (message) VALUES {values}")
+            self.rows_written += count
+            transactions += 1
+            with trio.move_on_after(WRITE_INTERVAL):
+                await stop.wait()
+
+    # --- the view
+
+    async def status(self) -> Status:
+        # The relay first: it only moves forward toward the primary, so read in this order
+        # the primary is never shown behind the relay.
+        committed = self.relay_log.committed
+        primary = await self.master_status()
+        logs = await self.binary_logs()
+        return Status(
+            elapsed=trio.current_time() - self.started,
+            rows_written=self.rows_written,
+            primary=primary,
+            relay=committed,
+            lag_bytes=lag_bytes(logs, committed),
+            files_stored=len(self.relay_log.files),
+            bytes_stored=self.bytes_stored(),
+        )
+
+    def bytes_stored(self) -> int:
+        return sum(self.relay_log.path(name).stat().st_size for name in self.relay_log.files)
+
+    async def show_live(self, view: LiveView, stop: trio.Event) -> None:
+        """Refresh the view every REFRESH_INTERVAL until stop is set."""
+        while not stop.is_set():
+            view.show(await self.status())
+            with trio.move_on_after(REFRESH_INTERVAL):
+                await stop.wait()
+
+    # --- the end
+
+    async def wait_caught_up(self, timeout: float = CATCH_UP_TIMEOUT) -> str | None:
+        """None once the relay's committed end is the primary's position, else what is wrong."""
+        primary: Position | None = None
+        with trio.move_on_after(timeout):
+            while True:
+                primary = await self.master_status()
+                if self.relay_log.committed == primary:
+                    return None
+                await trio.sleep(CATCH_UP_POLL)
+        error = self.relay.upstream.status.last_error
+        return (f"the relay did not catch up within {timeout:g} s: primary at "
+                f"{_show_position(primary)}, relay at {_show_position(self.relay_log.committed)}"
+                + (f" (last upstream error: {error})" if error else ""))
+
+    async def verdict(self) -> Verdict:
+        lagging = await self.wait_caught_up()
+        if lagging:
+            return Verdict(False, lagging)
+        primary_files = [name for name, _ in await self.binary_logs()]
+        problems = mirror_differences(self.primary, primary_files, self.relay_log)
+        counted = int((await self.primary_sql("SELECT COUNT(*) FROM demo.events"))[0][0] or 0)
+        if counted != self.rows_written:
+            problems.append(f"demo.events has {counted} rows, the writer wrote {self.rows_written}")
+        if problems:
+            return Verdict(False, "; ".join(problems))
+        return Verdict(True, f"relay mirrors the primary: {len(primary_files)} files, "
+                             f"{self.bytes_stored()} bytes, {self.rows_written} rows written")
+
+
+def _message(rng: random.Random, number: int) -> str:
+    words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 30)))
+    return f"event {number}: {words}"
+
+
+def lag_bytes(primary_logs: list[Position], committed: Position | None) -> int:
+    """How many bytes of the primary's binlogs lie past the relay's committed end."""
+    names = [name for name, _ in primary_logs]
+    if committed is None or committed[0] not in names:
+        return sum(size for _, size in primary_logs)
+    current = names.index(committed[0])
+    behind_in_file = max(primary_logs[current][1] - committed[1], 0)
+    return behind_in_file + sum(size for _, size in primary_logs[current + 1:])
+
+
+def mirror_differences(primary: LocalMariaDB, primary_files: list[str], relay_log: RelayLog) -> list[str]:
+    """What differs between the primary's binlog files and the relay's copies ([] = a mirror).
+
+    Closed files must be identical; the active file may differ in the in-use flag only."""
+    if relay_log.files != primary_files:
+        return [f"the relay stored {relay_log.files}, the primary has {primary_files}"]
+    problems = []
+    for name in primary_files:
+        theirs = primary.binlog_path(name).read_bytes()
+        ours = relay_log.path(name).read_bytes()
+        if name == primary_files[-1]:
+            theirs, ours = _without_in_use_flag(theirs), _without_in_use_flag(ours)
+        if ours != theirs:
+            problems.append(f"{name}: {len(ours)} bytes stored, {len(theirs)} on the primary, "
+                            f"first difference at offset {_first_difference(ours, theirs)}")
+    return problems
+
+
+def _without_in_use_flag(data: bytes) -> bytes:
+    if len(data) <= IN_USE_FLAG_OFFSET:
+        return data
+    raw = bytearray(data)
+    raw[IN_USE_FLAG_OFFSET] &= ~IN_USE_FLAG & 0xFF
+    return bytes(raw)
+
+
+def _first_difference(left: bytes, right: bytes) -> int:
+    for offset, (a, b) in enumerate(zip(left, right)):
+        if a != b:
+            return offset
+    return min(len(left), len(right))
+
+
+# ------------------------------------------------------------------- running it
+
+
+def relay_config(data_dir: Path, upstream_port: int) -> Config:
+    return parse_config({
+        "server_id": RELAY_SERVER_ID,
+        "data_dir": str(data_dir),
+        "upstream": {"host": HOST, "port": upstream_port, "user": REPL_USER, "password": REPL_PASSWORD},
+        "listen": {"host": HOST, "port": 0},
+        "users": [{"name": REPL_USER, "password": REPL_PASSWORD}],
+        "metrics": {"host": HOST, "port": 0},
+        "storage": {"sync": "commit"},
+    }, environ={}, source="<demo>")  # the demo is self-contained: no BINLOG_RELAY_* overrides
+
+
+async def wait_for_stop(seconds: float | None, stop: trio.Event) -> None:
+    """Set stop after `seconds`, or at the first Ctrl-C."""
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        with trio.move_on_after(math.inf if seconds is None else seconds):
+            async for _ in signals:
+                break
+    stop.set()
+
+
+async def run_with_primary(primary: LocalMariaDB, work_dir: Path, seconds: float | None,
+                           out: TextIO) -> Verdict:
+    for statement in SCHEMA:
+        await sql(HOST, primary.port, ROOT_USER, "", statement)
+    relay = Relay(relay_config(work_dir / "relay", primary.port))
+    async with trio.open_nursery() as relay_nursery:
+        await relay_nursery.start(relay.run)
+        print(f"relay:   server_id {RELAY_SERVER_ID}, data_dir {relay.relay_log.data_dir}, "
+              f"replicas may connect to {HOST}:{relay.downstream.port}", file=out)
+        how_long = "Ctrl-C to stop" if seconds is None else f"for {seconds:g} s (Ctrl-C stops sooner)"
+        print(f"writing rows to demo.events, {how_long}", file=out, flush=True)
+        demo = Demo(primary, relay)
+        view = LiveView(out)
+        stop = trio.Event()
+        async with trio.open_nursery() as load:
+            load.start_soon(wait_for_stop, seconds, stop)
+            load.start_soon(demo.write_rows, stop)
+            load.start_soon(demo.show_live, view, stop)
+        view.keep()  # what follows goes below the last refresh instead of being redrawn over
+        print("stopped writing; waiting for the relay to catch up and comparing the files",
+              file=out, flush=True)
+        verdict = await demo.verdict()
+        view.show(await demo.status())
+        view.keep()
+        relay_nursery.cancel_scope.cancel()
+    return verdict
+
+
+def run_demo(seconds: float | None = None, out: TextIO | None = None) -> int:
+    """The `binlog-relay demo` command: 0 when the relay mirrored the primary, else 1."""
+    out = out if out is not None else sys.stdout
+    try:
+        check_installed()
+    except MariaDBNotInstalled as err:
+        print(f"binlog-relay demo: {err}", file=sys.stderr)
+        return 1
+    setup_logging("WARNING")  # the relay's INFO lines would scroll the live view away
+    try:
+        with tempfile.TemporaryDirectory(prefix="binlog-relay-demo-") as tmp:
+            verdict = run_in(Path(tmp), seconds, out)
+        print(f"removed {tmp}", file=out)
+    except KeyboardInterrupt:
+        print("binlog-relay demo: interrupted; everything was stopped and removed", file=sys.stderr)
+        return 130
+    print(verdict.line(), file=out, flush=True)
+    return 0 if verdict.ok else 1
+
+
+def run_in(work_dir: Path, seconds: float | None, out: TextIO) -> Verdict:
+    """Start the primary in work_dir, run the demo against it, stop the primary."""
+    print(f"binlog-relay demo: working in {work_dir}", file=out)
+    print("starting a MariaDB primary (mariadb-install-db takes a few seconds) ...", file=out, flush=True)
+    set_template_parent(work_dir)  # the template datadir goes away with the rest
+    primary = LocalMariaDB(work_dir / "primary", PRIMARY_SERVER_ID,
+                           extra_args=[f"--max-binlog-size={MAX_BINLOG_SIZE}"])
+    try:
+        primary.start()
+        print(f"primary: mariadbd pid {primary.pid}, {HOST}:{primary.port}, "
+              f"max_binlog_size {MAX_BINLOG_SIZE}, datadir {primary.datadir}", file=out, flush=True)
+        return trio.run(run_with_primary, primary, work_dir, seconds, out)
+    except Exception as exc:  # noqa: BLE001 - a demo reports every failure as its verdict
+        traceback.print_exc(file=sys.stderr)
+        return Verdict(False, f"the demo stopped: {_describe(exc)}")
+    finally:
+        pid = primary.pid
+        primary.stop()
+        if pid is not None:
+            print(f"stopped the primary (pid {pid})", file=out, flush=True)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
