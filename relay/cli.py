@@ -1,4 +1,4 @@
-"""binlog-relay command line: run | check-config | demo | hash-password | --version."""
+"""binlog-relay command line: run | check-config | demo | hash-password | export | --version."""
 
 from __future__ import annotations
 
@@ -74,6 +74,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds)
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    # pyspark is imported only here (the optional ``spark`` extra): `run` never needs it.
+    from .pipeline.export import cmd_export as export
+
+    return export(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
@@ -91,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seconds", type=float, default=None,
                       help="stop after this many seconds instead of waiting for Ctrl-C")
     demo.set_defaults(handler=cmd_demo)
+    from .pipeline.export import add_arguments as export_arguments  # argparse only, no pyspark
+
+    export = commands.add_parser("export", help="write the stored binlogs' row changes as Parquet/JSON/CSV "
+                                 "with Spark (needs the spark extra)")
+    export_arguments(export)
+    export.set_defaults(handler=cmd_export)
     return parser
 
 

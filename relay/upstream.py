@@ -33,6 +33,8 @@ from .storage.relaylog import RelayLog
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 20
+BULK_READ = 1 << 16
+COMMIT_DELAY = 0.01  # the longest a received group waits for its fsync while a backlog streams in
 DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: keep ANNOTATE_ROWS so stored files stay identical
 MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (PROTOCOL.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
@@ -287,13 +289,23 @@ class Upstream:
     async def _ingest(self, conn: _Connection, stream: DumpStream) -> None:
         silence_limit = 2 * self.settings.heartbeat_period
         receive = conn.stream.receive_some
+        relay_log = self.relay_log
+        silent_since = trio.current_time()
         while True:
-            with trio.move_on_after(silence_limit) as idle:
+            wake_at = silent_since + silence_limit
+            if relay_log.commit_pending:
+                wake_at = min(wake_at, trio.current_time() + COMMIT_DELAY)
+            data = None
+            with trio.move_on_at(wake_at):
                 data = await receive(RECEIVE_SIZE)
-            if idle.cancelled_caught:
+            if data is None:
+                if relay_log.commit_pending:
+                    relay_log.commit_now()
+                    continue
                 raise ConnectionError(f"no event or heartbeat from the primary for {silence_limit:.0f}s")
             if not data:
                 raise ConnectionError("the primary closed the connection")
+            silent_since = trio.current_time()
             self.status.bytes_received += len(data)
             try:
                 segments = stream.receive(data)
@@ -302,9 +314,11 @@ class Upstream:
                     raise FatalIngestError(f"the primary refused the binlog dump: {exc.message}") from exc
                 raise
             if segments:
-                self.relay_log.apply(segments)
+                # A large read means the primary is streaming a backlog: let a few reads share
+                # one fsync (group commit); a small read is the live tail and commits at once.
+                relay_log.apply(segments, defer_commit=len(data) >= BULK_READ)
             else:
-                self.relay_log.sync_if_due()
+                relay_log.sync_if_due()
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,6 +23,8 @@ from .groups import GroupTracker
 
 _HEADER_AFTER_STATUS = struct.Struct("<xIBIIIH")  # the 19-byte header behind the 00 status byte
 _U32_AT = struct.Struct("<I")
+# packet header (u24 length + seq), status byte, then the 19-byte event header: 24 bytes
+_PACKET_AND_HEADER = struct.Struct("<IBIBIIIH")
 _U32 = 0xFFFFFFFF
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) as 4 LE bytes), for any data
 # Events the fast path leaves to the general one.
@@ -178,54 +180,67 @@ class DumpStream:
         pos = 0
         seq = self._framing.seq
         u32 = _U32_AT.unpack_from
-        header = ev.HEADER.unpack_from
+        packet_and_header = _PACKET_AND_HEADER.unpack_from
         crc32 = zlib.crc32
         counts, sizes = self.event_counts, self.event_bytes
         ends_group = self._groups.ends_group
         groups = self._groups
+        # Hot state in locals; written back to self (and current.size) around every slow call.
+        position = self.position
+        fast = False  # the first event of a read opens the segment through the general path
+        crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
+        last_timestamp = self.last_event_timestamp
         while pos + 4 <= size:
-            word = u32(buf, pos)[0]
+            if pos + 24 <= size:
+                word, status, timestamp, etype, _, event_length, log_pos, flags = packet_and_header(buf, pos)
+            else:
+                word, status = u32(buf, pos)[0], -1
             length = word & 0xFFFFFF
             end = pos + 4 + length
-            if length == 0xFFFFFF:  # an event of 16 MB or more: several chunks
-                joined = _join_chunks(buf, pos, seq)
+            if length == 0xFFFFFF or end > size:
+                joined = _join_chunks(buf, pos, seq) if length == 0xFFFFFF else None
                 if joined is None:
-                    break
+                    break  # a packet split across reads: the framing keeps its start
                 payload, pos, seq = joined
-                current = self._one(memoryview(payload), segments, current)
-                continue
-            if end > size:
-                break  # a packet split across reads: the framing keeps its start
-            if word >> 24 != seq:
-                raise StreamError(f"packet sequence number wrong in the binlog stream: got {word >> 24}, "
-                                  f"expected {seq}")
-            seq = (seq + 1) & 0xFF
-            start = pos + 5
-            pos = end
-            if length < 20 or buf[start - 1] != 0:
-                current = self._one(view[start - 1 : end], segments, current)
-                continue
-            timestamp, etype, _, event_length, log_pos, flags = header(buf, start)
-            event = view[start:end]
-            if (etype in _SPECIAL or flags & ev.LOG_EVENT_ARTIFICIAL_F or not log_pos
-                    or event_length != end - start or self._expect_replay is not None
-                    or (log_pos - event_length) & _U32 != self.position & _U32 or current is None
-                    or current.file != self.file):
-                current = self._one(view[start - 1 : end], segments, current)
-                continue
-            if self.checksum_alg == ev.CHECKSUM_CRC32 and crc32(event) != _CRC_RESIDUE:
-                self._bad_checksum(event, etype, log_pos)
-            current.chunks.append(event)
-            current.size += event_length
-            self.position += event_length
-            counts[etype] += 1
-            sizes[etype] += event_length
-            if (groups.state == 0 or etype not in _INSIDE_GROUP) and ends_group(etype, event):
-                current.committed_end = self.position
-                current.last_event_start = self.position - event_length
-                self.last_event_timestamp = timestamp
+            else:
+                if word >> 24 != seq:
+                    raise StreamError(f"packet sequence number wrong in the binlog stream: got {word >> 24}, "
+                                      f"expected {seq}")
+                seq = (seq + 1) & 0xFF
+                start = pos + 5
+                pos = end
+                if (fast and status == 0 and length >= 20 and etype not in _SPECIAL and log_pos
+                        and not flags & ev.LOG_EVENT_ARTIFICIAL_F and event_length == length - 1
+                        and (log_pos - event_length) & _U32 == position & _U32):
+                    event = view[start:end]
+                    if crc_on and crc32(event) != _CRC_RESIDUE:
+                        self._bad_checksum(event, etype, log_pos)
+                    current.chunks.append(event)  # type: ignore[union-attr]
+                    position += event_length
+                    counts[etype] += 1
+                    sizes[etype] += event_length
+                    if (groups.state == 0 or etype not in _INSIDE_GROUP) and ends_group(etype, event):
+                        current.committed_end = position  # type: ignore[union-attr]
+                        current.last_event_start = position - event_length  # type: ignore[union-attr]
+                        last_timestamp = timestamp
+                    continue
+                payload = view[start - 1 : end]
+            # the general path, with the hot state written back first
+            self.position, self.last_event_timestamp = position, last_timestamp
+            if current is not None:
+                current.size = position - current.start
+            current = self._one(payload, segments, current)
+            position, last_timestamp = self.position, self.last_event_timestamp
+            fast = self._fast_path_ok() and current is not None and current.file == self.file
+            crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
+        self.position, self.last_event_timestamp = position, last_timestamp
+        if current is not None:
+            current.size = position - current.start
         self._framing.keep(buf, pos, seq)
         return segments
+
+    def _fast_path_ok(self) -> bool:
+        return self._expect_replay is None and self.file is not None
 
     def _one(self, payload: memoryview, segments: list[Segment], current: Segment | None) -> Segment | None:
         """Handle one payload the slow, general way; returns the segment now being filled."""

@@ -28,6 +28,8 @@ from .state import Checkpoint, RelayState, read_state, write_state
 log = logging.getLogger(__name__)
 
 SYNC_POLICIES = ("commit", "interval", "none")
+MAX_DEFERRED_BYTES = 8 << 20
+MAX_DEFERRED_SECONDS = 0.01
 _IOV_MAX = 1024
 
 
@@ -51,6 +53,7 @@ class RelayLog:
         self._durable_pos = 0  # fsynced prefix of the current file
         self._last_sync = time.monotonic()
         self._last_checkpoint = time.monotonic()
+        self._last_commit = time.monotonic()
         self._commit_event = trio.Event()
         self.fsync_seconds: list[float] = []  # drained by metrics
         self.bytes_written = 0
@@ -148,8 +151,11 @@ class RelayLog:
 
     # ------------------------------------------------------------ writing
 
-    def apply(self, segments: list[Segment]) -> bool:
-        """Store what the dump stream produced; True if the committed end moved."""
+    def apply(self, segments: list[Segment], defer_commit: bool = False) -> bool:
+        """Store what the dump stream produced; True if the committed end moved.
+
+        ``defer_commit``: write now but let the commit (fsync, then readers see it) wait for a
+        later call, unless MAX_DEFERRED_BYTES or MAX_DEFERRED_SECONDS are reached."""
         for segment in segments:
             if segment.new_file:
                 if self._pending_commit is not None:
@@ -164,10 +170,21 @@ class RelayLog:
             self._write(segment.chunks, segment.size)
             if segment.committed_end is not None:
                 self._pending_commit = (segment.file, segment.committed_end, segment.last_event_start)
+        if self._pending_commit is None:
+            return False
+        if defer_commit and self._write_pos - self.committed[1] < MAX_DEFERRED_BYTES \
+                and time.monotonic() - self._last_commit < MAX_DEFERRED_SECONDS:  # type: ignore[index]
+            return False
+        self._after_commit()
+        return True
+
+    @property
+    def commit_pending(self) -> bool:
+        return self._pending_commit is not None
+
+    def commit_now(self) -> None:
         if self._pending_commit is not None:
             self._after_commit()
-            return True
-        return False
 
     def _write(self, chunks: list[memoryview], size: int) -> None:
         fd = self._fd
@@ -175,14 +192,15 @@ class RelayLog:
         for first in range(0, len(chunks), _IOV_MAX):
             batch = chunks[first : first + _IOV_MAX]
             written = os.writev(fd, batch)
-            expected = sum(len(c) for c in batch) if len(chunks) > _IOV_MAX else size
-            if written != expected:  # short write (disk full, signal): finish it by hand
-                os.write(fd, b"".join(bytes(c) for c in batch)[written:])
+            expected = sum(map(len, batch))
+            while written < expected:  # a short write (signal, nearly full disk): finish it
+                rest = b"".join(batch)[written:]
+                written += os.write(fd, rest)
         self._write_pos += size
         self.bytes_written += size
 
     def _after_commit(self) -> None:
-        now = time.monotonic()
+        now = self._last_commit = time.monotonic()
         if self.sync == "commit" or (self.sync == "interval" and now - self._last_sync >= self._sync_interval):
             self._fsync()
         name, end, self._last_event_start = self._pending_commit  # type: ignore[misc]

@@ -1,0 +1,381 @@
+"""Shared helpers for the benchmarks: a sandbox primary, binlog walking and checking,
+measured child processes, statistics and tables.
+
+The primary is a throw-away MariaDB server run by ``mariadb-sandbox.sh`` and filled by
+``gen-binlog.sh`` (sysbench oltp_write_only).  Both scripts live in the directory named
+by ``$BENCH_TOOLS_DIR`` (default ``/work/shared/tools``).  Everything here is synchronous
+and stdlib-only, so a benchmark's parent process does not import the relay at all.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOOLS_DIR = Path("/work/shared/tools")
+MIB = 1 << 20
+
+REPL_USER = "repl"
+REPL_PASSWORD = "replpass"
+
+BINLOG_MAGIC = b"\xfebin"
+HEADER_LEN = 19
+FDE_FLAGS_FILE_OFFSET = 4 + 17  # the FDE's flags byte: right after the magic + 17 header bytes
+BINLOG_IN_USE = 0x01
+_LENGTH = struct.Struct("<I")
+
+
+class BenchError(Exception):
+    """The benchmark cannot go on (or its result would be wrong); the message says why."""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def tools_dir() -> Path:
+    return Path(os.environ.get("BENCH_TOOLS_DIR", DEFAULT_TOOLS_DIR))
+
+
+def require_programs(*names: str) -> None:
+    missing = [n for n in names if not (shutil.which(n) or Path("/usr/sbin", n).exists())]
+    if missing:
+        raise BenchError(f"missing programs: {', '.join(missing)} "
+                         "(apt-get install mariadb-server mariadb-client sysbench)")
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
+# ---------------------------------------------------------------- the sandbox primary
+
+
+class Sandbox:
+    """One server of ``mariadb-sandbox.sh``: ``$sandbox_dir/name`` with data/, my.cnf, ..."""
+
+    def __init__(self, name: str, port: int, sandbox_dir: Path | str, server_id: int = 1) -> None:
+        self.name = name
+        self.port = port
+        self.server_id = server_id
+        self.sandbox_dir = Path(sandbox_dir)
+        self.dir = self.sandbox_dir / name
+        self.datadir = self.dir / "data"
+        self.script = tools_dir() / "mariadb-sandbox.sh"
+        if not self.script.exists():
+            raise BenchError(f"{self.script} not found (set BENCH_TOOLS_DIR to the directory of "
+                             "mariadb-sandbox.sh and gen-binlog.sh)")
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "SANDBOX_DIR": str(self.sandbox_dir)}
+
+    def _script(self, *args: str, capture: bool = True) -> str:
+        result = subprocess.run(["bash", str(self.script), *args], env=self._env(), text=True,
+                                stdout=subprocess.PIPE if capture else sys.stderr,
+                                stderr=subprocess.PIPE if capture else sys.stderr)
+        if result.returncode != 0:
+            detail = (result.stderr or "").strip() if capture else "see above"
+            raise BenchError(f"mariadb-sandbox.sh {' '.join(args[:2])} failed: {detail}")
+        return result.stdout or ""
+
+    def exists(self) -> bool:
+        return (self.dir / "my.cnf").exists() and (self.datadir / "mysql").is_dir()
+
+    def running(self) -> bool:
+        if not self.dir.exists():
+            return False
+        return " running " in f" {self._script('status', self.name).strip()} "
+
+    def start(self, *server_options: str) -> None:
+        if not self.running() and port_in_use(self.port):
+            raise BenchError(f"port {self.port} is already taken by another server; choose --port")
+        self._script("start", self.name, str(self.port), str(self.server_id), *server_options,
+                     capture=False)
+
+    def stop(self) -> None:
+        if self.dir.exists():
+            self._script("stop", self.name, capture=False)
+
+    def destroy(self) -> None:
+        if self.dir.exists():
+            self._script("destroy", self.name, capture=False)
+
+    def sql(self, query: str) -> list[list[str]]:
+        out = self._script("sql", self.name, query, "-N")
+        return [line.split("\t") for line in out.splitlines() if line]
+
+    def version(self) -> str:
+        return self.sql("SELECT VERSION()")[0][0]
+
+    def binary_logs(self) -> list[tuple[str, int]]:
+        return [(row[0], int(row[1])) for row in self.sql("SHOW BINARY LOGS")]
+
+    def master_status(self) -> tuple[str, int]:
+        rows = self.sql("SHOW MASTER STATUS")
+        if not rows:
+            raise BenchError("SHOW MASTER STATUS is empty: is log_bin on?")
+        return rows[0][0], int(rows[0][1])
+
+    def binlog_bytes(self) -> int:
+        return sum(size for _, size in self.binary_logs())
+
+    def fill(self, target_mib: int, threads: int = 4) -> None:
+        """Run gen-binlog.sh until the binlog holds ``target_mib`` MiB (a few minutes for 600)."""
+        require_programs("sysbench")
+        script = tools_dir() / "gen-binlog.sh"
+        result = subprocess.run(["bash", str(script), self.name, str(self.port), str(target_mib),
+                                 str(threads)], env=self._env(), stdout=sys.stderr, stderr=sys.stderr)
+        if result.returncode != 0:
+            raise BenchError(f"gen-binlog.sh failed (exit {result.returncode})")
+
+
+# ---------------------------------------------------------------- binlog files
+
+
+@dataclass(frozen=True)
+class BinlogFile:
+    name: str
+    path: Path
+    size: int
+    events: int
+
+
+def count_events(path: Path, size: int | None = None) -> int:
+    """Walk the event headers of a binlog file (the first ``size`` bytes) and count events.
+    The walk must land exactly on the end, or the file is not what we think it is."""
+    end = path.stat().st_size if size is None else size
+    if end <= 4:
+        return 0
+    with open(path, "rb") as stream, mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        if data[:4] != BINLOG_MAGIC:
+            raise BenchError(f"{path} is not a binlog file")
+        unpack = _LENGTH.unpack_from
+        pos, count = 4, 0
+        limit = end - HEADER_LEN
+        while pos <= limit:
+            length = unpack(data, pos + 9)[0]
+            if length < HEADER_LEN:
+                raise BenchError(f"{path}: bad event length {length} at {pos}")
+            pos += length
+            count += 1
+    if pos != end:
+        raise BenchError(f"{path}: the event walk ends at {pos}, not at {end}")
+    return count
+
+
+def primary_binlogs(sandbox: Sandbox, cache: Path | None = None) -> list[BinlogFile]:
+    """The primary's binlog files with event counts; counts are cached by (name, size)."""
+    known: dict[str, int] = {}
+    if cache is not None and cache.exists():
+        try:
+            known = json.loads(cache.read_text())
+        except ValueError:
+            known = {}
+    files = []
+    for name, size in sandbox.binary_logs():
+        path = sandbox.datadir / name
+        key = f"{name}:{size}"
+        if key not in known:
+            known[key] = count_events(path, size)
+        files.append(BinlogFile(name, path, size, known[key]))
+    if cache is not None:
+        cache.write_text(json.dumps(known, indent=1))
+    return files
+
+
+def check_copy(primary: Sequence[BinlogFile], copy_dir: Path) -> None:
+    """``copy_dir`` must hold exactly the primary's binlog files, byte for byte.  The last
+    (active) file may differ in one bit: the FDE's BINLOG_IN_USE flag (file offset 21)."""
+    names = {f.name for f in primary}
+    stem = re.escape(primary[0].name.rsplit(".", 1)[0])
+    extra = sorted(p.name for p in copy_dir.iterdir()
+                   if re.fullmatch(stem + r"\.\d+", p.name) and p.name not in names)
+    if extra:
+        raise BenchError(f"{copy_dir} holds binlog files the primary does not have: {extra}")
+    for index, original in enumerate(primary):
+        copy = copy_dir / original.name
+        if not copy.exists():
+            raise BenchError(f"{copy} is missing")
+        size = copy.stat().st_size
+        if size != original.size:
+            raise BenchError(f"{copy} is {size} bytes, the primary's is {original.size}")
+        _compare_bytes(original.path, copy, original.size, active=index == len(primary) - 1)
+
+
+def _compare_bytes(original: Path, copy: Path, size: int, active: bool, block: int = 8 * MIB) -> None:
+    with open(original, "rb") as a, open(copy, "rb") as b:
+        offset = 0
+        while offset < size:
+            x = a.read(min(block, size - offset))
+            y = b.read(len(x))
+            if x != y:
+                diffs = _differences(x, y, offset)
+                allowed = active and diffs == [FDE_FLAGS_FILE_OFFSET] and \
+                    (x[FDE_FLAGS_FILE_OFFSET - offset] ^ y[FDE_FLAGS_FILE_OFFSET - offset]) == BINLOG_IN_USE
+                if not allowed:
+                    raise BenchError(f"{copy} differs from {original} at byte offset(s) {diffs[:5]}"
+                                     f"{' ...' if len(diffs) > 5 else ''}")
+            if not x:
+                raise BenchError(f"{original} shrank while comparing")
+            offset += len(x)
+
+
+def _differences(x: bytes, y: bytes, base: int) -> list[int]:
+    if len(x) != len(y):
+        return [base + min(len(x), len(y))]
+    out = []
+    step = 4096
+    for start in range(0, len(x), step):
+        if x[start:start + step] != y[start:start + step]:
+            out.extend(base + start + i for i in range(min(step, len(x) - start))
+                       if x[start + i] != y[start + i])
+            if len(out) > 5:
+                break
+    return out
+
+
+# ---------------------------------------------------------------- measured processes
+
+
+@dataclass
+class Measured:
+    """A finished child process: wall clock from spawn to exit, its CPU time, its peak RSS."""
+
+    argv: list[str]
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    peak_rss_kib: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    def failed(self) -> str | None:
+        if self.timed_out:
+            return "timed out"
+        if self.returncode != 0:
+            tail = "\n".join(self.stderr.strip().splitlines()[-15:])
+            return f"exit status {self.returncode}:\n{tail}"
+        return None
+
+
+def vm_hwm_kib(pid: int | str = "self") -> int:
+    """The peak resident set size of a running process's address space (VmHWM), in KiB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def run_measured(argv: Sequence[str], cwd: Path | str | None = None, env: dict[str, str] | None = None,
+                 timeout: float | None = None, rss_poll: float = 0.01) -> Measured:
+    """Run ``argv`` to its end: wall time, CPU time and peak RSS of that one process.
+
+    CPU time comes from ``os.wait4`` (this child only; RUSAGE_CHILDREN would mix in every
+    child so far).  Its ``ru_maxrss`` is useless here: it carries over the parent's peak
+    into the child (vfork + exec), so the peak RSS is the child's VmHWM, read every
+    ``rss_poll`` seconds while it runs (VmHWM only grows; a child may also report its own
+    at exit, which is exact).  Output goes to temporary files so nothing reads pipes."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err)
+        deadline = started + timeout if timeout else None
+        done = threading.Event()
+        expired = threading.Event()
+        peak = [0]
+
+        def watch() -> None:
+            while not done.wait(rss_poll):
+                peak[0] = max(peak[0], vm_hwm_kib(proc.pid))
+                if deadline is not None and time.perf_counter() > deadline:
+                    expired.set()
+                    try:
+                        os.kill(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            done.set()
+        wall = time.perf_counter() - started
+        watcher.join()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        out.seek(0)
+        err.seek(0)
+        return Measured(list(argv), proc.returncode, wall, usage.ru_utime, usage.ru_stime,
+                        peak[0], out.read(), err.read(), expired.is_set())
+
+
+def fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def settle() -> None:
+    """Flush dirty pages of earlier runs so their writeback does not land in the next run."""
+    os.sync()
+    time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- statistics and output
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def mib(n_bytes: float) -> float:
+    return n_bytes / MIB
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, object]:
+    return {
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "loadavg": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }

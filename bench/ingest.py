@@ -1,0 +1,528 @@
+"""Ingest benchmark: the relay fetching a primary's whole binlog, side by side with
+``mariadb-binlog --read-from-remote-server --raw`` downloading the same files.
+
+    python3 -m bench.ingest [--reuse] [--keep] [--json results.json] [--size-mb 600] ...
+
+One run on one primary: a sandbox MariaDB whose binlog holds at least ``--min-mb`` MiB
+(sysbench oltp_write_only, see bench/common.py).  Then, ``--rounds`` times, in this order:
+the relay with each ``--sync`` policy (the first is the headline) and mariadb-binlog,
+alternating (relay, mariadb-binlog, relay sync=none, relay, ...).  Every run starts in a
+fresh empty directory on the same file system, each is checked byte for byte against the
+primary's files, and nothing writes to the primary meanwhile (checked at the end).
+
+The relay runs in a child process (``--child``, see ``child_main``) so its peak RSS is its
+own.  Its time is from just before it connects to the moment the committed end reaches
+the primary's SHOW MASTER STATUS position (measured inside the child, polled every 5 ms);
+the time of the whole child process (interpreter start, imports, close) is reported too.
+mariadb-binlog's time is its whole process.  The ratio is relay MB/s over mariadb-binlog
+MB/s, medians of the runs; the goal is >= 1.0 (DESIGN.md "Performance budget").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    MIB,
+    REPL_PASSWORD,
+    REPL_USER,
+    REPO_ROOT,
+    BenchError,
+    BinlogFile,
+    Measured,
+    Sandbox,
+    check_copy,
+    fresh_dir,
+    log,
+    machine_info,
+    median,
+    mib,
+    primary_binlogs,
+    require_programs,
+    run_measured,
+    settle,
+    table,
+    vm_hwm_kib,
+)
+
+MARIADB_BINLOG = "mariadb-binlog"
+RELAY_SERVER_ID = 1001
+EVENT_CACHE = "bench-event-counts.json"
+GOAL_RATIO = 1.0
+
+
+# ================================================================ the relay child
+
+
+def child_main(args: argparse.Namespace) -> int:
+    """Ingest from the primary into ``--data-dir`` until the committed end is the target;
+    print one JSON line of figures on stdout."""
+    import logging
+
+    import trio
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = trio.run(_child_ingest, args)
+    result["vm_hwm_kib"] = vm_hwm_kib()
+    print(json.dumps(result))
+    return 0 if result["reached"] else 1
+
+
+async def _child_ingest(args: argparse.Namespace) -> dict[str, Any]:
+    import trio
+
+    from relay.storage.relaylog import RelayLog
+    from relay.upstream import Upstream, UpstreamSettings
+
+    target = (args.target_file, args.target_pos)
+    relay_log = RelayLog(args.data_dir, sync=args.sync)
+    relay_log.open()
+    upstream = Upstream(UpstreamSettings(host=args.host, port=args.port, user=REPL_USER,
+                                         password=REPL_PASSWORD, relay_server_id=RELAY_SERVER_ID,
+                                         heartbeat_period=5), relay_log)
+    reached = False
+    started = time.perf_counter()
+    ingest_s = 0.0
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(upstream.run)
+            with trio.move_on_after(args.timeout):
+                while relay_log.committed != target:
+                    await trio.sleep(args.poll)
+                reached = True
+            ingest_s = time.perf_counter() - started
+            nursery.cancel_scope.cancel()
+    finally:
+        closing = time.perf_counter()
+        relay_log.close()
+        close_s = time.perf_counter() - closing
+    stream = upstream.status.stream
+    return {
+        "reached": reached,
+        "committed": list(relay_log.committed) if relay_log.committed else None,
+        "ingest_s": ingest_s,
+        "close_s": close_s,
+        "bytes_written": relay_log.bytes_written,
+        "bytes_received": upstream.status.bytes_received,
+        "events_stored": _events_stored(stream),
+        "fsyncs": len(relay_log.fsync_seconds),
+        "fsync_s": sum(relay_log.fsync_seconds),
+        "reconnects": upstream.status.reconnects,
+        "last_error": upstream.status.last_error,
+    }
+
+
+def _events_stored(stream: Any) -> int | None:
+    """Events the dump stream stored, from its per-type tallies (None if it keeps none)."""
+    if stream is None:
+        return 0
+    if (counts := getattr(stream, "event_counts", None)) is not None:  # list by type
+        return sum(counts)
+    if (tallies := getattr(stream, "events_by_type", None)) is not None:  # type -> [count, bytes]
+        return sum(count for count, _ in tallies.values())
+    return None
+
+
+def child_argv(args: argparse.Namespace, data_dir: Path, sync: str, target: tuple[str, int]) -> list[str]:
+    return [sys.executable, "-m", "bench.ingest", "--child", "--host", "127.0.0.1",
+            "--port", str(args.port), "--data-dir", str(data_dir), "--sync", sync,
+            "--target-file", target[0], "--target-pos", str(target[1]),
+            "--timeout", str(args.timeout), "--poll", str(args.poll)]
+
+
+def child_env() -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep + path if path else ''}"}
+
+
+# ================================================================ one run of each tool
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, files: list[BinlogFile], target: tuple[str, int]) -> None:
+        self.args = args
+        self.files = files
+        self.target = target
+        self.total_bytes = sum(f.size for f in files)
+        self.total_events = sum(f.events for f in files)
+        self.workdir = Path(args.workdir)
+
+    def relay(self, sync: str) -> dict[str, Any]:
+        data_dir = fresh_dir(self.workdir / "relay")
+        settle()
+        run = run_measured(child_argv(self.args, data_dir, sync, self.target), cwd=REPO_ROOT,
+                           env=child_env(), timeout=self.args.timeout + 60)
+        figures = _child_figures(run)
+        if problem := run.failed():
+            raise BenchError(f"relay ingest (sync={sync}) failed: {problem}\n{figures}")
+        if figures.get("reconnects"):
+            raise BenchError(f"relay ingest (sync={sync}) reconnected {figures['reconnects']} times "
+                             f"({figures.get('last_error')}): not a clean run")
+        if figures["events_stored"] not in (None, self.total_events):
+            raise BenchError(f"relay stored {figures['events_stored']} events, the primary's files "
+                             f"hold {self.total_events}")
+        check_copy(self.files, data_dir)
+        run.peak_rss_kib = max(run.peak_rss_kib, figures.get("vm_hwm_kib", 0))  # its own, exact
+        seconds = figures["ingest_s"]
+        return self._record(f"relay sync={sync}", seconds, run, extra={
+            "process_s": run.wall_s, "close_s": figures["close_s"], "fsyncs": figures["fsyncs"],
+            "fsync_s": figures["fsync_s"], "bytes_received": figures["bytes_received"]})
+
+    def mariadb_binlog(self) -> dict[str, Any]:
+        out_dir = fresh_dir(self.workdir / "mariadb-binlog")
+        settle()
+        argv = [MARIADB_BINLOG, "--no-defaults", "--read-from-remote-server", "--raw",
+                "--host=127.0.0.1", f"--port={self.args.port}", f"--user={REPL_USER}",
+                f"--password={REPL_PASSWORD}", f"--result-file={out_dir}/", "--to-last-log",
+                self.files[0].name]
+        run = run_measured(argv, timeout=self.args.timeout)
+        if problem := run.failed():
+            raise BenchError(f"mariadb-binlog failed: {problem}")
+        check_copy(self.files, out_dir)
+        return self._record("mariadb-binlog --raw", run.wall_s, run, extra={"process_s": run.wall_s})
+
+    def _record(self, tool: str, seconds: float, run: Measured, extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "tool": tool,
+            "seconds": seconds,
+            "mib_per_s": mib(self.total_bytes) / seconds,
+            "events_per_s": self.total_events / seconds,
+            "cpu_user_s": run.user_s,
+            "cpu_sys_s": run.sys_s,
+            "peak_rss_mib": run.peak_rss_kib / 1024,
+            "verified": True,
+            **extra,
+        }
+
+    def clean(self) -> None:
+        for sub in ("relay", "mariadb-binlog"):
+            shutil.rmtree(self.workdir / sub, ignore_errors=True)
+
+
+def _child_figures(run: Measured) -> dict[str, Any]:
+    for line in reversed(run.stdout.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    return {}
+
+
+# ================================================================ profiling
+
+
+def profile_relay(args: argparse.Namespace, runner: Runner, sync: str) -> dict[str, Any]:
+    """One extra, untimed relay ingest under a profiler; returns its hot spots for the report."""
+    data_dir = fresh_dir(runner.workdir / "relay")
+    settle()
+    argv = child_argv(args, data_dir, sync, runner.target)
+    out = Path(args.profile_out or runner.workdir / ("profile.speedscope.json" if args.profile == "py-spy"
+                                                      else "profile.pstats"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.profile == "py-spy":
+        if not shutil.which("py-spy"):
+            raise BenchError("py-spy not found: pip install py-spy")
+        argv = ["py-spy", "record", "--idle", "--rate", "500", "--format", "speedscope", "-o", str(out),
+                "--", *argv]
+    else:
+        argv = [argv[0], "-m", "cProfile", "-o", str(out), *argv[1:]]
+    log(f"profiling one relay ingest (sync={sync}) with {args.profile} -> {out}")
+    run = run_measured(argv, cwd=REPO_ROOT, env=child_env(), timeout=args.timeout * 5 + 60)
+    if problem := run.failed():
+        raise BenchError(f"profiled relay run failed: {problem}")
+    figures = _child_figures(run)
+    summary = summarize_speedscope(out) if args.profile == "py-spy" else summarize_pstats(out)
+    return {"tool": args.profile, "sync": sync, "file": str(out), "ingest_s": figures.get("ingest_s"),
+            "summary": summary}
+
+
+def summarize_speedscope(path: Path, top: int = 20) -> str:
+    """Hot spots of a py-spy speedscope profile: per function (self and inclusive) and per
+    line (self), as % of all samples (py-spy --idle: waiting counts too, so % of wall time)."""
+    data = json.loads(path.read_text())
+    frames = data["shared"]["frames"]
+
+    def where(i: int) -> str:
+        return "/".join(Path(frames[i].get("file") or "?").parts[-2:])
+
+    func = [f"{f['name']} ({where(i)})" for i, f in enumerate(frames)]
+    line = [f"{f['name']} ({where(i)}:{f.get('line', '?')})" for i, f in enumerate(frames)]
+    self_fn: dict[str, float] = {}
+    total_fn: dict[str, float] = {}
+    self_line: dict[str, float] = {}
+    grand = 0.0
+    for prof in data["profiles"]:
+        for stack, weight in zip(prof["samples"], prof["weights"]):
+            grand += weight
+            if not stack:
+                continue
+            self_fn[func[stack[-1]]] = self_fn.get(func[stack[-1]], 0) + weight
+            self_line[line[stack[-1]]] = self_line.get(line[stack[-1]], 0) + weight
+            for name in {func[i] for i in stack}:
+                total_fn[name] = total_fn.get(name, 0) + weight
+
+    def rows(weights: dict[str, float]) -> list[list[object]]:
+        best = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
+        return [[f"{100 * w / grand:5.1f}%", name] for name, w in best]
+
+    return ("Self time per function (% of samples, waiting included):\n"
+            + table(["self", "function"], rows(self_fn))
+            + "\n\nInclusive time per function:\n" + table(["total", "function"], rows(total_fn))
+            + "\n\nSelf time per line:\n" + table(["self", "line"], rows(self_line)))
+
+
+def summarize_pstats(path: Path, top: int = 25) -> str:
+    import io
+    import pstats
+
+    buf = io.StringIO()
+    stats = pstats.Stats(str(path), stream=buf)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return buf.getvalue()
+
+
+# ================================================================ the primary
+
+
+def prepare_primary(args: argparse.Namespace) -> Sandbox:
+    sandbox = Sandbox(args.name, args.port, args.sandbox_dir)
+    options = [f"--max-binlog-size={args.max_binlog_size}"]
+    if args.reuse and sandbox.exists():
+        log(f"--reuse: starting the existing primary in {sandbox.dir}")
+        sandbox.start(*options)
+        size = sandbox.binlog_bytes()
+        if size >= args.min_mb * MIB:
+            log(f"--reuse: its binlog holds {mib(size):.0f} MiB")
+            return sandbox
+        log(f"--reuse: its binlog holds only {mib(size):.0f} MiB < {args.min_mb} MiB; making a new one")
+    if sandbox.dir.exists():
+        log(f"removing the old sandbox {sandbox.dir}")
+        sandbox.destroy()
+    sandbox.start(*options)
+    log(f"filling the binlog to {args.size_mb} MiB with sysbench oltp_write_only (a few minutes)")
+    sandbox.fill(args.size_mb)
+    return sandbox
+
+
+def finish_primary(args: argparse.Namespace, sandbox: Sandbox | None) -> None:
+    if sandbox is None:
+        return
+    if args.keep:
+        log(f"--keep: the primary stays up on 127.0.0.1:{args.port} ({sandbox.dir})")
+    elif args.reuse:
+        log(f"stopping the primary; --reuse keeps {sandbox.dir} for the next run")
+        sandbox.stop()
+    else:
+        sandbox.destroy()
+
+
+# ================================================================ the benchmark
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    require_programs(MARIADB_BINLOG, "mariadbd", "mariadb")
+    sandbox: Sandbox | None = None
+    runner: Runner | None = None
+    try:
+        sandbox = prepare_primary(args)
+        target = sandbox.master_status()
+        log("counting the events of the primary's files")
+        files = primary_binlogs(sandbox, cache=sandbox.dir / EVENT_CACHE)
+        if (files[-1].name, files[-1].size) != target:
+            raise BenchError(f"SHOW MASTER STATUS {target} is not the end of the last binlog "
+                             f"{files[-1].name}:{files[-1].size}: is something writing to the primary?")
+        total = sum(f.size for f in files)
+        if total < args.min_mb * MIB:
+            raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
+        runner = Runner(args, files, target)
+        info = {
+            "primary": {"version": sandbox.version(), "host": "127.0.0.1", "port": args.port,
+                        "have_ssl": sandbox.sql("SELECT @@have_ssl")[0][0],
+                        "binlog_checksum": sandbox.sql("SELECT @@binlog_checksum")[0][0]},
+            "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
+                       "bytes": total, "mib": mib(total), "events": runner.total_events},
+            "machine": machine_info(),
+            "workdir": str(runner.workdir),
+            "sync_variants": args.sync,
+            "rounds": args.rounds,
+        }
+        log(f"binlog: {len(files)} files, {mib(total):.1f} MiB, {runner.total_events:,} events; "
+            f"MariaDB {info['primary']['version']}")
+
+        schedule: list[str] = []
+        for sync in args.sync:
+            schedule.append(f"relay:{sync}")
+            if len(schedule) == 1:
+                schedule.append("mariadb-binlog")
+        runs: list[dict[str, Any]] = []
+        for round_no in range(1, args.rounds + 1):
+            for item in schedule:
+                log(f"round {round_no}/{args.rounds}: {item}")
+                load = os.getloadavg()[0]
+                if item == "mariadb-binlog":
+                    record = runner.mariadb_binlog()
+                else:
+                    record = runner.relay(item.split(":", 1)[1])
+                record["round"] = round_no
+                record["loadavg_1m_before"] = load
+                runs.append(record)
+                log(f"  {record['seconds']:.2f} s, {record['mib_per_s']:.1f} MiB/s, "
+                    f"{record['events_per_s'] / 1e6:.2f} M events/s, peak RSS {record['peak_rss_mib']:.0f} MiB"
+                    " (verified)")
+                runner.clean()
+
+        after = sandbox.master_status()
+        if after != target:
+            raise BenchError(f"the primary was written to during the benchmark: {target} -> {after}")
+        results = {**info, "runs": runs, "summary": summarize(runs, args.sync)}
+        if args.profile:
+            results["profile"] = profile_relay(args, runner, args.sync[0])
+        return results
+    finally:
+        if runner is not None:
+            runner.clean()
+            if not args.profile:
+                shutil.rmtree(runner.workdir, ignore_errors=True)
+        finish_primary(args, sandbox)
+
+
+def summarize(runs: list[dict[str, Any]], syncs: list[str]) -> dict[str, Any]:
+    tools = [f"relay sync={s}" for s in syncs] + ["mariadb-binlog --raw"]
+    summary: dict[str, Any] = {"tools": {}}
+    for tool in tools:
+        mine = [r for r in runs if r["tool"] == tool]
+        summary["tools"][tool] = {
+            "runs": len(mine),
+            "median_seconds": median(r["seconds"] for r in mine),
+            "median_mib_per_s": median(r["mib_per_s"] for r in mine),
+            "median_events_per_s": median(r["events_per_s"] for r in mine),
+            "median_process_s": median(r["process_s"] for r in mine),
+            "median_cpu_s": median(r["cpu_user_s"] + r["cpu_sys_s"] for r in mine),
+            "max_peak_rss_mib": max(r["peak_rss_mib"] for r in mine),
+        }
+    reference = summary["tools"]["mariadb-binlog --raw"]
+    for tool in tools[:-1]:
+        entry = summary["tools"][tool]
+        entry["ratio"] = entry["median_mib_per_s"] / reference["median_mib_per_s"]
+        entry["ratio_whole_process"] = reference["median_process_s"] / entry["median_process_s"]
+    headline = summary["tools"][tools[0]]
+    summary["headline"] = {"tool": tools[0], "ratio": headline["ratio"], "goal": GOAL_RATIO,
+                           "goal_met": headline["ratio"] >= GOAL_RATIO}
+    return summary
+
+
+def report(results: dict[str, Any]) -> str:
+    binlog = results["binlog"]
+    primary = results["primary"]
+    lines = [
+        f"Ingest benchmark: MariaDB {primary['version']} on 127.0.0.1:{primary['port']}, binlog of "
+        f"{len(binlog['files'])} files, {binlog['mib']:.1f} MiB ({binlog['bytes']:,} bytes), "
+        f"{binlog['events']:,} events, checksum {primary['binlog_checksum']}; "
+        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start",
+        "",
+        "Runs (every copy checked byte for byte against the primary's files):",
+        table(["round", "tool", "seconds", "MiB/s", "M events/s", "process s", "CPU usr+sys s",
+               "peak RSS MiB"],
+              [[r["round"], r["tool"], f"{r['seconds']:.2f}", f"{r['mib_per_s']:.1f}",
+                f"{r['events_per_s'] / 1e6:.3f}", f"{r['process_s']:.2f}",
+                f"{r['cpu_user_s']:.2f}+{r['cpu_sys_s']:.2f}", f"{r['peak_rss_mib']:.0f}"]
+               for r in results["runs"]]),
+        "",
+        f"Medians of {results['rounds']} runs each (ratio = relay MiB/s / mariadb-binlog MiB/s; "
+        "whole-process ratio uses process wall times):",
+    ]
+    rows = []
+    for tool, s in results["summary"]["tools"].items():
+        rows.append([tool, f"{s['median_seconds']:.2f}", f"{s['median_mib_per_s']:.1f}",
+                     f"{s['median_events_per_s'] / 1e6:.3f}", f"{s['median_cpu_s']:.2f}",
+                     f"{s['max_peak_rss_mib']:.0f}",
+                     f"{s['ratio']:.2f}" if "ratio" in s else "1.00 (ref)",
+                     f"{s['ratio_whole_process']:.2f}" if "ratio" in s else "-"])
+    lines.append(table(["tool", "seconds", "MiB/s", "M events/s", "CPU s", "peak RSS MiB", "ratio",
+                        "ratio (process)"], rows))
+    head = results["summary"]["headline"]
+    lines += ["", f"Headline: {head['tool']} / mariadb-binlog --raw = {head['ratio']:.2f} "
+              f"(goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'})"]
+    if profile := results.get("profile"):
+        lines += ["", f"Profile of one more relay ingest (sync={profile['sync']}, {profile['tool']}; "
+                  f"{profile['ingest_s']:.2f} s under the profiler): {profile['file']}", profile["summary"]]
+    return "\n".join(lines)
+
+
+# ================================================================ command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python3 -m bench.ingest", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
+                        "and keep its directory (server stopped) for the next one")
+    p.add_argument("--keep", action="store_true", help="leave the primary running at the end")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating")
+    p.add_argument("--sync", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
+                   default="commit,none",
+                   help="relay storage.sync policies to run, comma-separated; the first is the headline")
+    p.add_argument("--size-mb", type=int, default=600, help="MiB of binlog to generate for a new primary")
+    p.add_argument("--min-mb", type=int, default=500, help="refuse to measure a smaller binlog (MiB)")
+    p.add_argument("--max-binlog-size", default="256M", help="the primary's max_binlog_size")
+    p.add_argument("--port", type=int, default=26306, help="the sandbox primary's port")
+    p.add_argument("--name", default="benchp", help="the sandbox's name")
+    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
+                   help="SANDBOX_DIR of mariadb-sandbox.sh")
+    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/work",
+                   help="where the downloads go (one fresh directory per run)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
+    p.add_argument("--poll", type=float, default=0.005, help=argparse.SUPPRESS)
+    p.add_argument("--profile", choices=["py-spy", "cprofile"],
+                   help="after the timed runs, profile one more relay ingest and print the hot spots")
+    p.add_argument("--profile-out", metavar="PATH", help="where the profile goes (None: a file in --workdir)")
+    # The relay child (internal).
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", help=argparse.SUPPRESS)
+    p.add_argument("--target-file", help=argparse.SUPPRESS)
+    p.add_argument("--target-pos", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        args.sync = args.sync[0]
+        return args
+    bad = [s for s in args.sync if s not in ("commit", "interval", "none")]
+    if bad or not args.sync:
+        p.error(f"--sync: policies are commit, interval, none (got {args.sync})")
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return child_main(args)
+    try:
+        results = run_benchmark(args)
+    except BenchError as exc:
+        log(f"benchmark failed: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    print(report(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        log(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

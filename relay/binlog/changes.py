@@ -1,0 +1,813 @@
+"""Change rows from a binlog: transactions in, one row per changed table row out (sans-IO).
+
+    decoder = ChangeDecoder("mysql-bin.000007")
+    for offset, event in events:                 # whole events, in file order
+        for change in decoder.feed(offset, event):
+            ...                                   # Change(file, pos, gtid, commit_ts, ...)
+
+    for change in iter_changes("/data/mysql-bin.000007", start=4, end=None): ...
+
+The transaction envelope (Drizzle's, see ../shared/seeds/003): a change row is emitted
+only once the group it belongs to has committed, carrying the group's GTID, the position
+of its first event, the commit event's timestamp and its place (``seq``) in the group.
+
+* Groups: a MariaDB GTID event (or a MySQL GTID, or a BEGIN query) opens one; XID,
+  ``COMMIT`` or ``XA PREPARE`` commits it; ``ROLLBACK`` (or an INCIDENT event) discards it.
+  A MariaDB GTID with the standalone flag, or a MySQL GTID, followed by a query other
+  than BEGIN, is a DDL (or other standalone statement): one row with op ``"ddl"``.
+* Savepoints: MariaDB writes ``SAVEPOINT x`` and ``ROLLBACK TO x`` into the transaction
+  *and keeps the row events in between* (verified on 10.11): the rows written after the
+  savepoint are dropped at ``ROLLBACK TO``, as the server dropped them.
+* Non-transactional tables (MyISAM, Aria) inside an InnoDB transaction: with row-based
+  logging MariaDB 10.11 writes their changes at the end of each statement as a group of
+  their own that ends in ``COMMIT`` (the statement cache), before the transaction's group,
+  so they are exported even when the InnoDB transaction is rolled back - as they persisted.
+* Bounded memory (Drizzle's bulk segments): the events of the open group are kept in memory
+  up to ``segment_bytes``; beyond that each segment is appended to a temporary spill file
+  (the raw events, prefixed by their offset: the most compact form, decoded once), so a
+  transaction of millions of rows never sits in memory. The spill file is read back when
+  the commit arrives, and dropped on ROLLBACK. Only one event is decoded at a time.
+  Segments are counted in bytes, not rows: a row can hold a 1 GB blob.
+
+Values in ``before``/``after`` are Python values as relay.binlog.rows decodes them;
+``row_json`` turns one into JSON text with the export's normalisation (see there).
+Statement-based DML inside a transaction (binlog_format=STATEMENT/MIXED) cannot become
+rows: such a query becomes one row with op ``"statement"`` and the text in ``query``.
+Not supported: MySQL 8 compressed transactions (TRANSACTION_PAYLOAD events) and
+encrypted binlogs raise ChangeDecodeError. XA transactions are emitted when XA PREPARE is
+logged (a later ``XA ROLLBACK`` of a prepared transaction is not applied).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import io
+import json
+import os
+import re
+import struct
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
+from fnmatch import fnmatchcase
+from typing import Any, BinaryIO, NamedTuple
+
+from . import coltypes as ct
+from . import events as ev
+from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_rows_event, parse_table_map, uncompress_rows
+
+__all__ = [
+    "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter", "iter_changes",
+    "row_json", "value_json", "DEFAULT_SEGMENT_BYTES",
+]
+
+DEFAULT_SEGMENT_BYTES = 4 << 20
+_OFFSET = struct.Struct("<Q")
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+class ChangeDecodeError(ValueError):
+    """A group could not be turned into change rows; the message names file and offset."""
+
+
+class Change(NamedTuple):
+    file: str
+    pos: int  # offset of the rows (or query) event in file
+    gtid: str | None  # MariaDB 'domain-server-seq' or MySQL 'uuid:gno'; None without GTIDs
+    commit_ts: int  # header timestamp (epoch seconds) of the group's commit event
+    server_id: int
+    database: str | None
+    table: str | None
+    op: str  # insert | update | delete | ddl | statement
+    seq: int  # 0, 1, 2, ... over the changes of the transaction (all tables)
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    query: str | None  # ANNOTATE_ROWS / ROWS_QUERY text, or the statement
+    txn_pos: int  # offset of the group's first event (GTID or BEGIN) in file
+    table_map: TableMap | None = None  # the columns' types, for row_json
+
+
+# --------------------------------------------------------------------------- filters
+
+
+class GtidRange:
+    """Which MariaDB GTIDs are wanted: seq_no > since[domain] and <= until[domain].
+
+    Domains not named in a bound are not limited by it; groups without a MariaDB GTID
+    pass. (MariaDB seq_no grow within a domain, so this is the replica's notion of
+    "after this position".)"""
+
+    def __init__(self, since: dict[int, int] | None = None, until: dict[int, int] | None = None) -> None:
+        self.since = dict(since or {})
+        self.until = dict(until or {})
+
+    def __bool__(self) -> bool:
+        return bool(self.since or self.until)
+
+    def wants(self, domain: int, seq_no: int) -> bool:
+        low = self.since.get(domain)
+        if low is not None and seq_no <= low:
+            return False
+        high = self.until.get(domain)
+        return high is None or seq_no <= high
+
+    def __repr__(self) -> str:
+        return f"GtidRange(since={self.since}, until={self.until})"
+
+
+_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)"
+
+
+class TableFilter:
+    """``db.t,db2.*`` (shell-style wildcards, case-sensitive as table names are on Linux).
+
+    Row changes match on their table map's names. A DDL (or statement) row matches when
+    its text names a wanted table: the table's name appears as an identifier in the
+    statement and the database is the statement's default database or is named in it
+    too (``db.*`` needs only the database) - a heuristic, statements are not parsed."""
+
+    def __init__(self, spec: str | Iterable[str] | None) -> None:
+        if isinstance(spec, str):
+            spec = [s for s in (p.strip() for p in spec.split(",")) if s]
+        self.patterns: list[tuple[str, str]] = []
+        for item in spec or ():
+            db, dot, table = item.partition(".")
+            if not dot or not db or not table:
+                raise ValueError(f"table filter {item!r}: expected database.table (wildcards allowed)")
+            self.patterns.append((_unquote(db), _unquote(table)))
+        self._cache: dict[tuple[str | None, str | None], bool] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.patterns)
+
+    def wants_table(self, database: str, table: str) -> bool:
+        key = (database, table)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = any(fnmatchcase(database, d) and fnmatchcase(table, t) for d, t in self.patterns)
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def wants_statement(self, database: str | None, query: str) -> bool:
+        names = {_unquote(m.group(0)).lower() for m in re.finditer(_IDENT, query)}
+        for db, table in self.patterns:
+            db_ok = (database is not None and fnmatchcase(database, db)) or any(
+                fnmatchcase(n, db.lower()) for n in names)
+            if db_ok and (table == "*" or any(fnmatchcase(n, table.lower()) for n in names)):
+                return True
+        return False
+
+
+def _unquote(name: str) -> str:
+    if len(name) >= 2 and name[0] == name[-1] == "`":
+        return name[1:-1].replace("``", "`")
+    return name
+
+
+# --------------------------------------------------------------------------- queries
+
+_SAVEPOINT = re.compile(r"SAVEPOINT\s+(" + _IDENT + r")\s*$", re.I | re.S)
+_ROLLBACK_TO = re.compile(r"ROLLBACK\s+(?:WORK\s+)?TO\s+(?:SAVEPOINT\s+)?(" + _IDENT + r")\s*$", re.I | re.S)
+_RELEASE = re.compile(r"RELEASE\s+SAVEPOINT\s+(" + _IDENT + r")\s*$", re.I | re.S)
+_LEADING_COMMENT = re.compile(r"^(?:\s+|/\*(?!!).*?\*/|#[^\n]*\n|--\s[^\n]*\n)+", re.S)
+
+
+def _classify(text: str) -> tuple[str, str | None]:
+    """BEGIN/COMMIT/ROLLBACK/savepoint control statements vs anything else."""
+    head = _LEADING_COMMENT.sub("", text[:512], count=1) if text[:1] in " \t\r\n/#-" else text
+    upper = head[:24].upper()
+    if upper.startswith("BEGIN") or upper.startswith("XA START") or upper.startswith("XA BEGIN"):
+        return "begin", None
+    if upper.startswith("COMMIT"):
+        return "commit", None
+    if upper.startswith("XA COMMIT") or upper.startswith("XA ROLLBACK"):
+        return "xa_end_group", None
+    if upper.startswith("XA END"):
+        return "ignore", None
+    if upper.startswith("ROLLBACK"):
+        m = _ROLLBACK_TO.match(head)
+        if m:
+            return "rollback_to", _unquote(m.group(1)).lower()
+        return "rollback", None
+    if upper.startswith("SAVEPOINT"):
+        m = _SAVEPOINT.match(head)
+        if m:
+            return "savepoint", _unquote(m.group(1)).lower()
+    if upper.startswith("RELEASE"):
+        m = _RELEASE.match(head)
+        if m:
+            return "release", _unquote(m.group(1)).lower()
+    return "statement", None
+
+
+# --------------------------------------------------------------------------- groups
+
+
+class _Group:
+    """The open transaction: its envelope, and its events (memory, then the spill file)."""
+
+    __slots__ = ("gtid", "txn_pos", "server_id", "skip", "mem", "mem_bytes", "spill", "spilled",
+                 "savepoints", "state")
+
+    def __init__(self, gtid: str | None, txn_pos: int, server_id: int, skip: bool, state: int) -> None:
+        self.gtid = gtid
+        self.txn_pos = txn_pos
+        self.server_id = server_id
+        self.skip = skip
+        self.mem: list[tuple[int, Any]] = []  # (offset, event), events as given (bytes or memoryview)
+        self.mem_bytes = 0
+        self.spill: BinaryIO | None = None
+        self.spilled = 0
+        self.savepoints: list[tuple[str, int]] = []  # (name, logical length at the savepoint)
+        self.state = state
+
+    @property
+    def length(self) -> int:
+        return self.spilled + self.mem_bytes
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+
+
+# Decoder states (like relay.binlog.groups.GroupTracker's)
+_OUTSIDE = 0
+_AFTER_MYSQL_GTID = 1  # MySQL GTID: BEGIN opens a transaction, any other query is DDL
+_IN_TRANSACTION = 2
+_STANDALONE = 3  # MariaDB standalone GTID: the next query is the group
+_LOOSE = 4  # rows outside any transaction (autocommitted per statement)
+
+_NEUTRAL = frozenset({
+    ev.ROTATE_EVENT, ev.STOP_EVENT, ev.HEARTBEAT_LOG_EVENT, ev.HEARTBEAT_LOG_EVENT_V2,
+    ev.PREVIOUS_GTIDS_LOG_EVENT, ev.GTID_LIST_EVENT, ev.BINLOG_CHECKPOINT_EVENT, ev.START_EVENT_V3,
+    ev.INTVAR_EVENT, ev.RAND_EVENT, ev.USER_VAR_EVENT, ev.IGNORABLE_LOG_EVENT, ev.UNKNOWN_EVENT,
+})
+_MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
+_BUFFERED = ROWS_EVENT_TYPES | {ev.TABLE_MAP_EVENT, ev.ANNOTATE_ROWS_EVENT, ev.ROWS_QUERY_LOG_EVENT,
+                                ev.QUERY_EVENT, ev.QUERY_COMPRESSED_EVENT}
+
+
+class ChangeDecoder:
+    """Feed whole events of one binlog file in order (the FORMAT_DESCRIPTION event first);
+    ``feed`` returns the change rows of every group that commits with that event.
+
+    file: the file name put in each Change. gtids/tables: filters (see GtidRange,
+    TableFilter); a filtered-out group is skipped without decoding, a filtered-out table's
+    rows are decoded (for ``seq``) but not emitted. spill_dir: where the spill files of
+    large transactions go (default: the system's temporary directory).
+    """
+
+    def __init__(self, file: str, *, gtids: GtidRange | None = None, tables: TableFilter | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, spill_dir: str | os.PathLike[str] | None = None,
+                 with_ddl: bool = True) -> None:
+        self.file = file
+        self.gtids = gtids or GtidRange()
+        self.tables = tables or TableFilter(None)
+        self.segment_bytes = segment_bytes
+        self.spill_dir = None if spill_dir is None else os.fspath(spill_dir)
+        self.with_ddl = with_ddl
+        self.crc = 0
+        self.post_header_len = b""
+        self.flavor = "mariadb"
+        self._state = _OUTSIDE
+        self._group: _Group | None = None
+        self._pending: tuple[str | None, int, bool] | None = None  # GTID seen, group not yet buffered
+        self.spilled_groups = 0  # how many groups needed a spill file (for tests and metrics)
+        self.peak_spill_bytes = 0
+
+    # ------------------------------------------------------------------ events in
+
+    def feed(self, offset: int, event: bytes | memoryview) -> Iterator[Change]:
+        """Observe one event; returns an iterator of the changes it commits (often empty).
+
+        Consume (or drop) the returned iterator before feeding the next event."""
+        etype = event[4]
+        if etype == ev.FORMAT_DESCRIPTION_EVENT:
+            fde = ev.parse_format_description(event)
+            self.crc = ev.CRC_LEN if fde.checksum_alg == ev.CHECKSUM_CRC32 else 0
+            self.post_header_len = fde.post_header_lengths
+            self.flavor = "mariadb" if fde.is_mariadb else "mysql"
+            self._drop_group()  # a new FDE mid-file: the server restarted, the open group is lost
+            self._state = _OUTSIDE
+            return _EMPTY
+        if etype in _NEUTRAL:
+            return _EMPTY
+        if etype == ev.GTID_EVENT:
+            gtid = ev.parse_mariadb_gtid(event)
+            self._drop_group()
+            skip = bool(self.gtids) and not self.gtids.wants(gtid.domain_id, gtid.seq_no)
+            server_id = int.from_bytes(event[5:9], "little")
+            if gtid.standalone:
+                self._state = _STANDALONE
+                self._pending = (str(gtid), offset, skip)
+            else:
+                self._state = _IN_TRANSACTION
+                self._group = _Group(str(gtid), offset, server_id, skip, _IN_TRANSACTION)
+            return _EMPTY
+        if etype in _MYSQL_GTIDS:
+            self._drop_group()
+            self._state = _AFTER_MYSQL_GTID
+            self._pending = (_mysql_gtid(event, etype), offset, False)
+            return _EMPTY
+        if etype == ev.QUERY_EVENT or etype == ev.QUERY_COMPRESSED_EVENT:
+            return self._on_query(offset, event, etype)
+        if etype == ev.XID_EVENT or etype == ev.XA_PREPARE_LOG_EVENT:
+            return self._commit(event)
+        if etype == ev.INCIDENT_EVENT:
+            self._drop_group()
+            self._state = _OUTSIDE
+            return _EMPTY
+        if etype == ev.TRANSACTION_PAYLOAD_EVENT:
+            raise ChangeDecodeError(f"{self.file}:{offset}: compressed transactions (MySQL "
+                                    "binlog_transaction_compression) are not supported")
+        if etype == ev.START_ENCRYPTION_EVENT:
+            raise ChangeDecodeError(f"{self.file}:{offset}: encrypted binlogs are not supported")
+        if etype in _BUFFERED:
+            group = self._group
+            if group is None:  # statement parts outside any transaction: autocommit per statement
+                pending = self._pending
+                self._pending = None
+                group = self._group = _Group(pending[0] if pending else None,
+                                             pending[1] if pending else offset,
+                                             int.from_bytes(event[5:9], "little"),
+                                             bool(pending and pending[2]), _LOOSE)
+                self._state = _LOOSE
+            if not group.skip:
+                self._buffer(group, offset, event)
+            if group.state == _LOOSE and etype in ROWS_EVENT_TYPES and _stmt_end(event, self):
+                return self._commit(event)
+            return _EMPTY
+        return _EMPTY  # unknown or irrelevant event types
+
+    def _on_query(self, offset: int, event: bytes | memoryview, etype: int) -> Iterator[Change]:
+        q = self._query(event, etype)
+        kind, name = _classify(q.query)
+        group = self._group
+        if group is not None and group.state == _IN_TRANSACTION:
+            if kind == "commit" or kind == "xa_end_group":
+                return self._commit(event)
+            if kind == "rollback":
+                self._drop_group()
+                self._state = _OUTSIDE
+                return _EMPTY
+            if kind == "savepoint":
+                group.savepoints = [(n, pos) for n, pos in group.savepoints if n != name]
+                group.savepoints.append((name, group.length))  # type: ignore[arg-type]
+                return _EMPTY
+            if kind == "rollback_to":
+                self._rollback_to(group, name)  # type: ignore[arg-type]
+                return _EMPTY
+            if kind == "release":
+                for i, (n, _) in enumerate(group.savepoints):
+                    if n == name:
+                        del group.savepoints[i:]
+                        break
+                return _EMPTY
+            if kind in ("begin", "ignore"):
+                return _EMPTY
+            if not group.skip:
+                self._buffer(group, offset, event)  # statement-based DML inside the transaction
+            return _EMPTY
+        if kind == "begin":
+            pending = self._pending
+            self._pending = None
+            self._drop_group()
+            self._group = _Group(pending[0] if pending else None, pending[1] if pending else offset,
+                                 int.from_bytes(event[5:9], "little"), bool(pending and pending[2]),
+                                 _IN_TRANSACTION)
+            self._state = _IN_TRANSACTION
+            return _EMPTY
+        # Anything else outside a transaction is a group of its own: DDL or a lone statement.
+        pending = self._pending
+        self._pending = None
+        loose = self._group
+        self._group = None
+        self._state = _OUTSIDE
+        out: list[Change] = []
+        if loose is not None and loose.state == _LOOSE:
+            out.extend(self._replay(loose, event))  # unterminated loose rows: commit with the query
+        if kind in ("commit", "rollback", "xa_end_group", "savepoint", "rollback_to", "release", "ignore"):
+            return iter(out)  # e.g. a lone COMMIT after non-transactional rows, or XA COMMIT 'x'
+        skip = bool(pending and pending[2])
+        if self.with_ddl and not skip:
+            database = q.database or None
+            if not self.tables or self.tables.wants_statement(database, q.query):
+                out.append(Change(self.file, offset, pending[0] if pending else None,
+                                  int.from_bytes(event[0:4], "little"), int.from_bytes(event[5:9], "little"),
+                                  database, None, "ddl", 0, None, None, q.query,
+                                  pending[1] if pending else offset))
+        return iter(out)
+
+    def _query(self, event: bytes | memoryview, etype: int) -> ev.QueryEvent:
+        phl = self.post_header_len[ev.QUERY_EVENT - 1] if self.post_header_len else ev.QUERY_POST_HEADER_LEN
+        q = ev.parse_query(event, ev.CHECKSUM_CRC32 if self.crc else ev.CHECKSUM_OFF, phl)
+        if etype == ev.QUERY_COMPRESSED_EVENT:
+            start = ev.query_text_start(event, phl)
+            raw = uncompress_rows(bytes(event[start:len(event) - self.crc]))
+            q = ev.QueryEvent(q.thread_id, q.exec_time, q.database, q.error_code,
+                              raw.decode("utf-8", "replace"))
+        return q
+
+    # ------------------------------------------------------------------ the open group
+
+    def _buffer(self, group: _Group, offset: int, event: bytes | memoryview) -> None:
+        group.mem.append((offset, event))
+        group.mem_bytes += _OFFSET.size + len(event)
+        if group.mem_bytes > self.segment_bytes:
+            self._spill(group)
+
+    def _spill(self, group: _Group) -> None:
+        """Move the in-memory segment to the end of the group's spill file."""
+        if group.spill is None:
+            group.spill = tempfile.TemporaryFile(prefix="binlog-changes-", dir=self.spill_dir)
+            self.spilled_groups += 1
+        out = group.spill
+        out.seek(group.spilled)
+        for offset, event in group.mem:
+            out.write(_OFFSET.pack(offset))
+            out.write(event)
+        group.spilled += group.mem_bytes
+        group.mem = []
+        group.mem_bytes = 0
+        self.peak_spill_bytes = max(self.peak_spill_bytes, group.spilled)
+
+    def _rollback_to(self, group: _Group, name: str) -> None:
+        for i, (n, length) in enumerate(group.savepoints):
+            if n == name:
+                del group.savepoints[i + 1:]  # the savepoint itself stays
+                break
+        else:
+            return  # unknown savepoint: the server would have refused it
+        if length >= group.spilled:
+            keep = length - group.spilled
+            total = 0
+            for j, (_, event) in enumerate(group.mem):
+                if total >= keep:
+                    del group.mem[j:]
+                    break
+                total += _OFFSET.size + len(event)
+            group.mem_bytes = keep
+        else:
+            assert group.spill is not None
+            group.spill.truncate(length)
+            group.spilled = length
+            group.mem = []
+            group.mem_bytes = 0
+
+    def _drop_group(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            self._group = None
+        self._pending = None
+
+    def _commit(self, event: bytes | memoryview) -> Iterator[Change]:
+        group = self._group
+        self._group = None
+        self._pending = None
+        self._state = _OUTSIDE
+        if group is None:
+            return _EMPTY
+        if group.skip:
+            group.close()
+            return _EMPTY
+        return self._replay(group, event)
+
+    # ------------------------------------------------------------------ decoding a committed group
+
+    def _replay(self, group: _Group, commit_event: bytes | memoryview) -> Iterator[Change]:
+        commit_ts = int.from_bytes(commit_event[0:4], "little")
+        try:
+            yield from self._decode(group, _records(group), commit_ts)
+        finally:
+            group.close()
+
+    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
+        file, gtid, txn_pos = self.file, group.gtid, group.txn_pos
+        crc = self.crc
+        phl = self.post_header_len
+        tm_phl = phl[ev.TABLE_MAP_EVENT - 1] if len(phl) >= ev.TABLE_MAP_EVENT else 8
+        id_len = 4 if tm_phl == 6 else 6
+        flavor = self.flavor
+        tables = self.tables if self.tables else None
+        maps: dict[int, TableMap] = {}
+        wanted: dict[int, bool] = {}
+        annotate: str | None = None
+        seq = 0
+        for offset, event in records:
+            etype = event[4]
+            end = len(event) - crc
+            if etype in ROWS_EVENT_TYPES:
+                body = event[ev.HEADER_LEN:end]
+                table_id = int.from_bytes(body[:id_len], "little")
+                tm = maps.get(table_id)
+                if tm is None:
+                    raise ChangeDecodeError(f"{file}:{offset}: rows event for table id {table_id} "
+                                            "without a TABLE_MAP event in its group")
+                try:
+                    rows_ev = parse_rows_event(etype, body, tm, phl[etype - 1] if etype <= len(phl) else 10)
+                except RowDecodeError as e:
+                    raise ChangeDecodeError(f"{file}:{offset}: {e}") from e
+                server_id = int.from_bytes(event[5:9], "little")
+                kind = rows_ev.kind
+                emit = wanted[table_id]
+                database, table = tm.database, tm.table
+                if emit:
+                    if kind == "insert":
+                        for row in rows_ev.rows:
+                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
+                                         seq, None, row, annotate, txn_pos, tm)
+                            seq += 1
+                    elif kind == "update":
+                        for before, after in rows_ev.rows:
+                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
+                                         seq, before, after, annotate, txn_pos, tm)
+                            seq += 1
+                    else:
+                        for row in rows_ev.rows:
+                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
+                                         seq, row, None, annotate, txn_pos, tm)
+                            seq += 1
+                else:
+                    seq += len(rows_ev.rows)
+                if rows_ev.stmt_end:
+                    annotate = None
+            elif etype == ev.TABLE_MAP_EVENT:
+                try:
+                    tm = parse_table_map(event[ev.HEADER_LEN:end], tm_phl, flavor=flavor)  # type: ignore[arg-type]
+                except RowDecodeError as e:
+                    raise ChangeDecodeError(f"{file}:{offset}: {e}") from e
+                maps[tm.table_id] = tm
+                wanted[tm.table_id] = tables is None or tables.wants_table(tm.database, tm.table)
+            elif etype == ev.ANNOTATE_ROWS_EVENT:
+                annotate = bytes(event[ev.HEADER_LEN:end]).decode("utf-8", "replace")
+            elif etype == ev.ROWS_QUERY_LOG_EVENT:
+                annotate = bytes(event[ev.HEADER_LEN + 1:end]).decode("utf-8", "replace")
+            elif etype == ev.QUERY_EVENT or etype == ev.QUERY_COMPRESSED_EVENT:
+                q = self._query(event, etype)
+                database = q.database or None
+                if tables is None or tables.wants_statement(database, q.query):
+                    yield Change(file, offset, gtid, commit_ts, int.from_bytes(event[5:9], "little"),
+                                 database, None, "statement", seq, None, None, q.query, txn_pos)
+                seq += 1
+
+    # ------------------------------------------------------------------ end of input
+
+    @property
+    def inside_group(self) -> bool:
+        return self._group is not None or self._pending is not None
+
+    def close(self) -> None:
+        """Drop an unfinished group (input ended before its commit: it is not committed)."""
+        self._drop_group()
+
+
+_EMPTY: Iterator[Change] = iter(())
+
+
+def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
+    phl = decoder.post_header_len
+    id_len = 4 if (len(phl) >= ev.TABLE_MAP_EVENT and phl[ev.TABLE_MAP_EVENT - 1] == 6) else 6
+    flags_at = ev.HEADER_LEN + id_len
+    return bool(event[flags_at] & 1)
+
+
+def _records(group: _Group) -> Iterator[tuple[int, Any]]:
+    """The group's events in order: the spill file, then the in-memory segment."""
+    if group.spill is not None and group.spilled:
+        src = group.spill
+        src.seek(0)
+        reader = io.BufferedReader(_Unclosing(src), 1 << 20)
+        left = group.spilled
+        while left > 0:
+            head = reader.read(_OFFSET.size + ev.HEADER_LEN)
+            if len(head) < _OFFSET.size + ev.HEADER_LEN:
+                raise ChangeDecodeError("spill file truncated")
+            offset = _OFFSET.unpack_from(head)[0]
+            length = int.from_bytes(head[_OFFSET.size + 9:_OFFSET.size + 13], "little")
+            rest = reader.read(length - ev.HEADER_LEN)
+            yield offset, head[_OFFSET.size:] + rest
+            left -= _OFFSET.size + length
+    yield from group.mem
+
+
+class _Unclosing(io.RawIOBase):
+    """Lets a BufferedReader read a file without closing it when collected."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self._raw.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:
+    if etype != ev.GTID_LOG_EVENT:
+        return None  # anonymous (no GTIDs) or tagged (not decoded)
+    body = bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 25])
+    sid = body[1:17].hex()
+    gno = int.from_bytes(body[17:25], "little")
+    return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}:{gno}"
+
+
+# --------------------------------------------------------------------------- reading a file
+
+
+def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int = 4, end: int | None = None,
+                 *, file: str | None = None, gtids: GtidRange | None = None,
+                 tables: TableFilter | str | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 spill_dir: str | os.PathLike[str] | None = None, with_ddl: bool = True,
+                 decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Change]:
+    """The changes of the groups in [start, end) of one binlog file.
+
+    source: a path, the file's bytes, or an open binary stream. start must be a group
+    boundary (4, or the end of a group); the FORMAT_DESCRIPTION event at offset 4 is read
+    first when start > 4. end defaults to the source's size; a group not finished by then
+    is not emitted. file: the name put into each Change (default: the path's base name).
+    decoder_out: if given, the decoder is appended to it (for its counters).
+    """
+    from ..storage.scan import iter_events  # the block reader; sans-IO callers use ChangeDecoder
+
+    own = False
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        stream: BinaryIO = io.BytesIO(bytes(source))
+        name = file or "binlog"
+    elif isinstance(source, (str, os.PathLike)):
+        stream = open(source, "rb")
+        own = True
+        name = file or os.path.basename(os.fspath(source))
+    else:
+        stream = source
+        name = file or getattr(source, "name", "binlog")
+    if isinstance(tables, str) or tables is None:
+        tables = TableFilter(tables)
+    decoder = ChangeDecoder(name, gtids=gtids, tables=tables, segment_bytes=segment_bytes,
+                            spill_dir=spill_dir, with_ddl=with_ddl)
+    if decoder_out is not None:
+        decoder_out.append(decoder)
+    try:
+        if end is None:
+            stream.seek(0, os.SEEK_END)
+            end = stream.tell()
+        stream.seek(0)
+        if stream.read(4) != ev.BINLOG_MAGIC:
+            raise ChangeDecodeError(f"{name}: not a binlog file (bad magic number)")
+        if start > 4:
+            for _, fde in iter_events(stream, 4, end, block_size=1 << 16):
+                if fde[4] != ev.FORMAT_DESCRIPTION_EVENT:
+                    raise ChangeDecodeError(f"{name}: the first event is not a FORMAT_DESCRIPTION event")
+                decoder.feed(4, fde)
+                break
+        feed = decoder.feed
+        for offset, event in iter_events(stream, start, end):
+            changes = feed(offset, event)
+            if changes is not _EMPTY:
+                yield from changes
+    finally:
+        decoder.close()
+        if own:
+            stream.close()
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def value_json(v: Any) -> Any:
+    """A Python value of the row decoder as a JSON-ready value, when no column type is known
+    (MySQL JSON documents, and the fallback of row_json)."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, Decimal):
+        return format(v, "f")
+    if isinstance(v, _dt.datetime):
+        return _datetime_text(v, 6 if v.microsecond else 0)
+    if isinstance(v, _dt.date):
+        return v.isoformat()
+    if isinstance(v, _dt.timedelta):
+        return _time_text(v, 6 if v.microseconds else 0)
+    if isinstance(v, (set, frozenset)):
+        return ",".join(sorted(v))
+    if isinstance(v, dict):
+        return {str(k): value_json(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [value_json(x) for x in v]
+    return str(v)
+
+
+def _datetime_text(v: _dt.datetime, fsp: int) -> str:
+    if v.tzinfo is not None:
+        v = v.astimezone(_dt.timezone.utc)
+    text = (f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
+            f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}")
+    return text + "." + f"{v.microsecond:06d}"[:fsp] if fsp else text
+
+
+def _time_text(v: _dt.timedelta, fsp: int) -> str:
+    us = v // _dt.timedelta(microseconds=1)
+    sign = "-" if us < 0 else ""
+    secs, us = divmod(abs(us), 1_000_000)
+    text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+    return text + "." + f"{us:06d}"[:fsp] if fsp else text
+
+
+def _float32(v: float) -> float:
+    """The shortest decimal that reads back as the same float32 (as the server prints it)."""
+    packed = struct.pack("<f", v)
+    for digits in range(1, 10):
+        short = float(f"{v:.{digits}g}")
+        try:
+            if struct.pack("<f", short) == packed:
+                return short
+        except OverflowError:  # rounded up past FLT_MAX
+            continue
+    return v
+
+
+def _converter(tm: TableMap, i: int) -> Callable[[Any], Any] | None:
+    t, meta = tm.column_types[i], tm.column_meta[i]
+    if t in (ct.DATETIME2, ct.TIMESTAMP2, ct.DATETIME, ct.TIMESTAMP):
+        fsp = meta if t in (ct.DATETIME2, ct.TIMESTAMP2) else 0
+        return lambda v: v if isinstance(v, str) else _datetime_text(v, fsp)
+    if t in (ct.TIME2, ct.TIME):
+        fsp = meta if t == ct.TIME2 else 0
+        return lambda v: v if isinstance(v, str) else _time_text(v, fsp)
+    if t in (ct.DATE, ct.NEWDATE):
+        return lambda v: v if isinstance(v, str) else v.isoformat()
+    if t in (ct.NEWDECIMAL, ct.DECIMAL):
+        return lambda v: format(v, "f")
+    if t == ct.FLOAT:
+        return _float32
+    is_set = t == ct.SET or (t == ct.STRING and isinstance(meta, tuple) and meta[0] == ct.SET)
+    if is_set and tm.set_values is not None and tm.set_values[i] is not None:
+        order = {name: k for k, name in enumerate(tm.set_values[i])}  # type: ignore[index]
+        return lambda v: v if isinstance(v, int) else ",".join(sorted(v, key=order.__getitem__))
+    return None
+
+
+_CONVERTERS: dict[int, tuple[TableMap, dict[str, Callable[[Any], Any]]]] = {}
+_SIMPLE = (int, str, float, type(None))
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False,
+                           default=value_json).encode
+
+
+def _converters(tm: TableMap) -> dict[str, Callable[[Any], Any]]:
+    hit = _CONVERTERS.get(id(tm))
+    if hit is not None and hit[0] is tm:
+        return hit[1]
+    conv = {}
+    for i, name in enumerate(tm.column_names):
+        c = _converter(tm, i)
+        if c is not None:
+            conv[name] = c
+    if len(_CONVERTERS) > 4096:
+        _CONVERTERS.clear()
+    _CONVERTERS[id(tm)] = (tm, conv)
+    return conv
+
+
+def row_json(row: dict[str, Any] | None, tm: TableMap | None = None) -> str | None:
+    """One row image as JSON text, in column order, with the export's normalisation:
+
+    integers, BIT, YEAR and DOUBLE as JSON numbers; FLOAT as the shortest number that reads
+    back as the same float32; DECIMAL as a string with exactly its scale's digits
+    ("-0.50"); DATE "YYYY-MM-DD"; DATETIME and TIMESTAMP "YYYY-MM-DD HH:MM:SS[.ffffff]"
+    with as many fraction digits as the column's precision, TIMESTAMP in UTC; TIME
+    "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); zero or partial dates as the server
+    writes them ("0000-00-00"); text as strings; binary strings, BLOBs and GEOMETRY
+    (SRID + WKB) as base64 strings; ENUM as its member's name; SET as the comma-separated
+    member names in definition order, as the server shows them (without
+    binlog_row_metadata=FULL: ENUM index and SET bit mask as numbers, and columns named
+    col_0, col_1...); MariaDB JSON columns as their text (a string), MySQL JSON as the JSON
+    value itself. NULL is null; a column missing from the row image
+    (binlog_row_image=MINIMAL/NOBLOB) is absent.
+    """
+    if row is None:
+        return None
+    if tm is None:
+        return _encode(row)
+    conv = _converters(tm)
+    out = {}
+    for k, v in row.items():
+        if v is None:
+            out[k] = None
+            continue
+        c = conv.get(k)
+        if c is not None:
+            out[k] = c(v)
+        elif type(v) is bytes:
+            out[k] = base64.b64encode(v).decode("ascii")
+        else:
+            out[k] = v
+    return _encode(out)
