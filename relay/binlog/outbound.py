@@ -31,7 +31,7 @@ class DumpRefused(Exception):
 @dataclass
 class DumpOptions:
     relay_server_id: int
-    replica_server_id: int
+    replica_server_id: int | None  # groups it wrote itself are not sent back (None: no such filter)
     checksum_declared: bool  # the client SET @master_binlog_checksum (it understands CRCs)
     first_rotate_crc: bool  # ... and set it to a CRC algorithm
     ignore_server_ids: frozenset[int] = frozenset()

@@ -66,6 +66,7 @@ class _Session:
             tls_required=context.tls_required)
         self.variables = queries.SessionVariables()
         self.user = ""
+        self.registered_server_id: int | None = None
 
     async def flush(self) -> None:
         data = self.conn.data_to_send()
@@ -165,6 +166,7 @@ class _Session:
             return
         host = event.host or self.peer.rsplit(":", 1)[0]
         self.context.registry.register(Replica(event.server_id, host, event.port, self.user))
+        self.registered_server_id = event.server_id
         self.conn.send_ok()
 
     # ------------------------------------------------------------ the dump
@@ -175,7 +177,10 @@ class _Session:
             return
         state = DumpState(server_id, self.peer, trio.CancelScope())
         options = DumpOptions(
-            relay_server_id=self.context.relay_server_id, replica_server_id=server_id,
+            relay_server_id=self.context.relay_server_id,
+            # Only a registered replica is "the replica itself" for the loop filter: tools such as
+            # mariadb-binlog dump as server_id 1 by default, often the primary's own id.
+            replica_server_id=server_id if server_id == self.registered_server_id else None,
             checksum_declared="master_binlog_checksum" in self.variables.values
             or "source_binlog_checksum" in self.variables.values,
             first_rotate_crc=str(self.variables.values.get("master_binlog_checksum",
@@ -239,10 +244,8 @@ class _DumpSender:
         self.heartbeat_period = heartbeat_period
 
     async def run(self, file: str, position: int) -> None:
-        files = self.relay_log.files
-        if not file:
-            file = files[0] if files else ""
-        if file not in files:
+        file = await self._wait_for_first_file(file)
+        if file not in self.relay_log.files:
             raise DumpRefused(_position_error("Could not find first log file name in binary log index file",
                                               file, position))
         self._check_start(file, position)
@@ -254,6 +257,18 @@ class _DumpSender:
             if next_file is None:
                 return
             file, position, first = next_file, 4, False
+
+    async def _wait_for_first_file(self, file: str) -> str:
+        """A relay that just started, or is one rotation behind its primary, may be asked for a
+        file it does not have yet but soon will: a blocking dump waits for it instead of failing
+        (ERR 1236 would stop a replica's IO thread for good)."""
+        while self.blocking:
+            files = self.relay_log.files
+            if files and (not file or file in files or file != _next_file_name(files[-1])):
+                break
+            await self.relay_log.wait_for_commit(self.relay_log.committed)
+        files = self.relay_log.files
+        return file or (files[0] if files else "")
 
     def _check_start(self, file: str, position: int) -> None:
         end = self.relay_log.file_end(file)
@@ -337,6 +352,11 @@ class _DumpSender:
 
 class _DumpFinished(Exception):
     """A non-blocking dump reached the end and sent EOF."""
+
+
+def _next_file_name(name: str) -> str:
+    base, _, number = name.rpartition(".")
+    return f"{base}.{int(number) + 1:0{len(number)}d}" if number.isdigit() else ""
 
 
 def _position_error(message: str, file: str, position: int) -> str:
