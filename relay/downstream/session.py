@@ -91,7 +91,8 @@ class _Session:
                 if isinstance(event, proto.StartTLS):
                     await self.flush()
                     assert self.context.tls_context is not None
-                    self.stream = trio.SSLStream(self.stream, self.context.tls_context, server_side=True)
+                    transport = _PrefixedStream(self.stream, self.conn.take_unparsed())
+                    self.stream = trio.SSLStream(transport, self.context.tls_context, server_side=True)
                     await self.stream.do_handshake()
                     self.conn.tls_started()
                 elif isinstance(event, proto.LoggedIn):
@@ -348,6 +349,29 @@ class _DumpSender:
             return
         self.session.conn.send_events([self.outbound.heartbeat()])
         await self.session.flush()
+
+
+class _PrefixedStream(trio.abc.Stream):
+    """A stream that first returns bytes already read from it (the start of a TLS handshake)."""
+
+    def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
+        self._inner = inner
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            return data
+        return await self._inner.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class _DumpFinished(Exception):

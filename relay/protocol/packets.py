@@ -132,6 +132,13 @@ class PacketReader:
             self._pending.append(data)
             self._pending_size += len(data)
 
+    def take_unparsed(self) -> bytes:
+        rest = b"".join([self._buf[self._pos :], *self._pending])
+        self._buf, self._pos = b"", 0
+        self._pending.clear()
+        self._pending_size = 0
+        return rest
+
     @property
     def buffered(self) -> int:
         return len(self._buf) - self._pos + self._pending_size

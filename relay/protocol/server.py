@@ -224,6 +224,11 @@ class ServerConnection:
         self._state = _State.AUTH_SWITCH
         return None
 
+    def take_unparsed(self) -> bytes:
+        """Bytes received but not parsed: after an SSLRequest, the start of the client's TLS
+        handshake, which may arrive in the same segment and belongs to the TLS layer."""
+        return self._reader.take_unparsed()
+
     def tls_started(self) -> None:
         if self._state is not _State.TLS:
             raise ProtocolError("tls_started without StartTLS")
