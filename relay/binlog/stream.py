@@ -215,7 +215,7 @@ class DumpStream:
                     event = view[start:end]
                     if crc_on and crc32(event) != _CRC_RESIDUE:
                         self._bad_checksum(event, etype, log_pos)
-                    current.chunks.append(event)  # type: ignore[union-attr]
+                    append(event)
                     position += event_length
                     counts[etype] += 1
                     sizes[etype] += event_length
@@ -232,6 +232,8 @@ class DumpStream:
             current = self._one(payload, segments, current)
             position, last_timestamp = self.position, self.last_event_timestamp
             fast = self._fast_path_ok() and current is not None and current.file == self.file
+            if current is not None:
+                append = current.chunks.append
             crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
         self.position, self.last_event_timestamp = position, last_timestamp
         if current is not None:
