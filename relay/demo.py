@@ -1,15 +1,20 @@
-"""``binlog-relay demo``: a local MariaDB primary, the relay in-process, a stream of writes,
-a live view, and at the end a byte-for-byte comparison of what the relay stored.
+"""``binlog-relay demo``: a local MariaDB primary, the relay in-process, a MariaDB replica of
+the relay, a stream of writes, a live view, and at the end a byte-for-byte comparison of what
+the relay stored and a comparison of the replica's data with the primary's.
 
 Everything lives in one temporary directory that is removed at the end. The pieces:
 
-    Demo.write_rows      small transactions into demo.events, now and then a multi-row one
-    Demo.status          one Status per refresh (positions, lag, files), shown by LiveView
-    Demo.wait_caught_up  after the writes stop: the relay's committed end reaches the primary's
-    mirror_differences   the stored files against the primary's, byte for byte
+    primary -> relay (server_id 1001, metrics on 127.0.0.1) -> replica (server_id 2)
 
-To show more (a replica of the relay, the metrics URL), add a component to Demo, a field
-to Status and its line in Status.fields().
+    Demo.attach_replica  CHANGE MASTER TO the relay (mysql-bin.000001:4) and START SLAVE
+    Demo.write_rows      small transactions into demo.events, now and then a multi-row one
+    Demo.status          one Status per refresh (positions, lag, files, metrics URL), shown by LiveView
+    Demo.wait_caught_up  after the writes stop: the relay's committed end and the replica's
+                         executed position reach the primary's
+    mirror_differences   the stored files against the primary's, byte for byte
+    Demo.data_differences  row counts and CHECKSUM TABLE demo.events, replica against primary
+
+To show more, add a component to Demo, a field to Status and its line in Status.fields().
 """
 
 from __future__ import annotations
@@ -36,9 +41,11 @@ from .localdb import (
     MariaDBError,
     MariaDBNotInstalled,
     check_installed,
+    kill_quietly,
     set_template_parent,
 )
 from .logs import setup_logging
+from .protocol.packets import ServerError
 from .protocol.resultset import ResultSet
 from .storage.relaylog import RelayLog
 from .upstream import UpstreamSettings, connect
@@ -48,6 +55,8 @@ Row = tuple[str | None, ...]
 
 PRIMARY_SERVER_ID = 1
 RELAY_SERVER_ID = 1001
+REPLICA_SERVER_ID = 2
+FIRST_FILE = "mysql-bin.000001"
 HOST = "127.0.0.1"
 # The demo writes about 5 KB a second: a small max_binlog_size rotates the binlog every
 # second or two, so even a short run shows the relay following the primary across files.
@@ -56,8 +65,9 @@ WRITE_INTERVAL = 0.2  # seconds between transactions: "a few per second"
 MULTI_ROW_EVERY = 6  # every 6th transaction inserts several rows at once
 MULTI_ROW_COUNT = (5, 20)
 REFRESH_INTERVAL = 1.0
-CATCH_UP_TIMEOUT = 30.0
+CATCH_UP_TIMEOUT = 30.0  # one deadline for the relay and the replica together
 CATCH_UP_POLL = 0.1
+VERIFY_ATTEMPTS = 3  # a comparison is retried when the primary moved meanwhile (a late BINLOG_CHECKPOINT)
 QUERY_TIMEOUT = 10.0
 # The FDE's flags byte (4-byte magic + 17 bytes into the header); bit 0 is BINLOG_IN_USE,
 # set in the primary's active file while it is open, so it may differ there only.
@@ -79,8 +89,8 @@ _WORDS = ("order", "payment", "login", "logout", "signup", "refund", "shipment",
 # ------------------------------------------------------------------------ SQL
 
 
-async def sql(host: str, port: int, user: str, password: str, query: str) -> list[Row]:
-    """Run one statement on a new connection and return its rows ([] for statements without).
+async def sql_result(host: str, port: int, user: str, password: str, query: str) -> ResultSet | None:
+    """Run one statement on a new connection; its result set (None for statements without).
 
     Uses the relay's own protocol client (the product has no other one)."""
     settings = UpstreamSettings(host=host, port=port, user=user, password=password,
@@ -94,7 +104,13 @@ async def sql(host: str, port: int, user: str, password: str, query: str) -> lis
         finally:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(conn.stream)
-    return list(result.rows) if isinstance(result, ResultSet) else []
+    return result if isinstance(result, ResultSet) else None
+
+
+async def sql(host: str, port: int, user: str, password: str, query: str) -> list[Row]:
+    """Run one statement on a new connection and return its rows ([] for statements without)."""
+    result = await sql_result(host, port, user, password, query)
+    return list(result.rows) if result is not None else []
 
 
 def sql_string(text: str) -> str:
@@ -117,19 +133,31 @@ class Status:
     rows_written: int
     primary: Position
     relay: Position | None
-    lag_bytes: int
+    relay_lag_bytes: int  # the primary's binlog bytes past the relay's committed end
+    replica: Position | None  # Relay_Master_Log_File:Exec_Master_Log_Pos
+    replica_lag_bytes: int  # the relay's committed bytes past what the replica executed
+    replica_note: str  # "" while both replica threads run, else their state and last error
     files_stored: int
     bytes_stored: int
+    metrics_url: str
 
     def fields(self) -> list[tuple[str, str]]:
+        replica = _show_position(self.replica) + (f" ({self.replica_note})" if self.replica_note else "")
         return [
             ("time", f"{self.elapsed:5.1f}s"),
             ("rows written", str(self.rows_written)),
             ("primary at", _show_position(self.primary)),
             ("relay committed", _show_position(self.relay)),
-            ("lag", _show_size(self.lag_bytes)),
+            ("relay lag", _show_size(self.relay_lag_bytes)),
+            ("replica at", replica),
+            ("replica lag", _show_size(self.replica_lag_bytes)),
             ("files stored", f"{self.files_stored} ({_show_size(self.bytes_stored)})"),
+            ("metrics", self.metrics_url),
         ]
+
+    @property
+    def caught_up(self) -> bool:
+        return self.relay == self.primary and self.replica == self.primary
 
 
 def _show_position(position: Position | None) -> str:
@@ -184,11 +212,13 @@ class Verdict:
 
 
 class Demo:
-    """The primary, the relay, and the writes: what the live view and the verdict look at."""
+    """The primary, the relay, the replica and the writes: what the live view and the verdict
+    look at."""
 
-    def __init__(self, primary: LocalMariaDB, relay: Relay) -> None:
+    def __init__(self, primary: LocalMariaDB, relay: Relay, replica: LocalMariaDB) -> None:
         self.primary = primary
         self.relay = relay
+        self.replica = replica
         self.rows_written = 0
         self.started = trio.current_time()
 
@@ -196,8 +226,15 @@ class Demo:
     def relay_log(self) -> RelayLog:
         return self.relay.relay_log
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.relay.config.metrics.host}:{self.relay.metrics.port}/metrics"
+
     async def primary_sql(self, query: str) -> list[Row]:
         return await sql(HOST, self.primary.port, ROOT_USER, "", query)
+
+    async def replica_sql(self, query: str) -> list[Row]:
+        return await sql(HOST, self.replica.port, ROOT_USER, "", query)
 
     async def master_status(self) -> Position:
         rows = await self.primary_sql("SHOW MASTER STATUS")
@@ -208,6 +245,27 @@ class Demo:
     async def binary_logs(self) -> list[Position]:
         """SHOW BINARY LOGS as [(name, size)], oldest first."""
         return [_position(row) for row in await self.primary_sql("SHOW BINARY LOGS")]
+
+    # --- the replica
+
+    async def attach_replica(self) -> None:
+        """Point the replica at the relay, from the first file, and start it."""
+        await self.replica_sql(
+            f"CHANGE MASTER TO MASTER_HOST = {sql_string(HOST)}, MASTER_PORT = {self.relay.downstream.port},"
+            f" MASTER_USER = {sql_string(REPL_USER)}, MASTER_PASSWORD = {sql_string(REPL_PASSWORD)},"
+            f" MASTER_CONNECT_RETRY = 1, MASTER_USE_GTID = no,"
+            f" MASTER_LOG_FILE = {sql_string(FIRST_FILE)}, MASTER_LOG_POS = 4")
+        await self.replica_sql("START SLAVE")
+
+    async def detach_replica(self) -> None:
+        """STOP SLAVE, so the replica does not retry the relay while everything shuts down."""
+        await self.replica_sql("STOP SLAVE")
+
+    async def slave_status(self) -> dict[str, str | None]:
+        """SHOW SLAVE STATUS as a dict ({} before CHANGE MASTER)."""
+        result = await sql_result(HOST, self.replica.port, ROOT_USER, "", "SHOW SLAVE STATUS")
+        rows = result.dicts() if result is not None else []
+        return rows[0] if rows else {}
 
     # --- the load
 
@@ -230,23 +288,27 @@ class Demo:
     # --- the view
 
     async def status(self) -> Status:
-        # The relay first: it only moves forward toward the primary, so read in this order
-        # the primary is never shown behind the relay.
+        # Downstream first: the replica trails the relay and the relay the primary, and each
+        # only moves forward, so read in this order none is shown ahead of its source.
+        slave = await self.slave_status()
         committed = self.relay_log.committed
+        relay_files = [(name, self.relay_log.file_end(name)) for name in self.relay_log.files]
         primary = await self.master_status()
         logs = await self.binary_logs()
+        replica = _replica_position(slave)
         return Status(
             elapsed=trio.current_time() - self.started,
             rows_written=self.rows_written,
             primary=primary,
             relay=committed,
-            lag_bytes=lag_bytes(logs, committed),
-            files_stored=len(self.relay_log.files),
-            bytes_stored=self.bytes_stored(),
+            relay_lag_bytes=lag_bytes(logs, committed),
+            replica=replica,
+            replica_lag_bytes=lag_bytes(relay_files, replica),
+            replica_note=_replica_note(slave),
+            files_stored=len(relay_files),
+            bytes_stored=sum(size for _, size in relay_files),
+            metrics_url=self.metrics_url,
         )
-
-    def bytes_stored(self) -> int:
-        return sum(self.relay_log.path(name).stat().st_size for name in self.relay_log.files)
 
     async def show_live(self, view: LiveView, stop: trio.Event) -> None:
         """Refresh the view every REFRESH_INTERVAL until stop is set."""
@@ -257,33 +319,86 @@ class Demo:
 
     # --- the end
 
-    async def wait_caught_up(self, timeout: float = CATCH_UP_TIMEOUT) -> str | None:
-        """None once the relay's committed end is the primary's position, else what is wrong."""
-        primary: Position | None = None
+    async def wait_caught_up(self, timeout: float = CATCH_UP_TIMEOUT) -> tuple[Status | None, str | None]:
+        """(the status, None) once the relay's committed end and the replica's executed
+        position are the primary's position; else (the last status, what is wrong)."""
+        status: Status | None = None
         with trio.move_on_after(timeout):
             while True:
-                primary = await self.master_status()
-                if self.relay_log.committed == primary:
-                    return None
+                status = await self.status()
+                if status.caught_up:
+                    return status, None
+                slave = await self.slave_status()
+                if "No" in (slave.get("Slave_IO_Running"), slave.get("Slave_SQL_Running")):
+                    return status, f"the replica stopped replicating: {_replica_note(slave)}"
                 await trio.sleep(CATCH_UP_POLL)
-        error = self.relay.upstream.status.last_error
-        return (f"the relay did not catch up within {timeout:g} s: primary at "
-                f"{_show_position(primary)}, relay at {_show_position(self.relay_log.committed)}"
-                + (f" (last upstream error: {error})" if error else ""))
+        if status is None:
+            return None, f"no status within {timeout:g} s"
+        if status.relay != status.primary:
+            error = self.relay.upstream.status.last_error
+            return status, (f"the relay did not catch up within {timeout:g} s: primary at "
+                            f"{_show_position(status.primary)}, relay at {_show_position(status.relay)}"
+                            + (f" (last upstream error: {error})" if error else ""))
+        return status, (f"the replica did not catch up within {timeout:g} s: relay at "
+                        f"{_show_position(status.relay)}, replica at {_show_position(status.replica)}"
+                        + (f" ({status.replica_note})" if status.replica_note else ""))
 
-    async def verdict(self) -> Verdict:
-        lagging = await self.wait_caught_up()
-        if lagging:
-            return Verdict(False, lagging)
-        primary_files = [name for name, _ in await self.binary_logs()]
-        problems = mirror_differences(self.primary, primary_files, self.relay_log)
-        counted = int((await self.primary_sql("SELECT COUNT(*) FROM demo.events"))[0][0] or 0)
-        if counted != self.rows_written:
-            problems.append(f"demo.events has {counted} rows, the writer wrote {self.rows_written}")
+    async def verdict(self) -> tuple[Verdict, Status | None]:
+        """Wait until everything caught up, then compare; (the verdict, the caught-up status)."""
+        for _ in range(VERIFY_ATTEMPTS):
+            status, lagging = await self.wait_caught_up()
+            if lagging:
+                return Verdict(False, lagging), status
+            assert status is not None
+            problems = await self.differences()
+            # The primary may write on its own (a BINLOG_CHECKPOINT shortly after a rotation):
+            # differences found while it moved are compared again once everything caught up.
+            if not problems or await self.master_status() == status.primary:
+                break
         if problems:
-            return Verdict(False, "; ".join(problems))
-        return Verdict(True, f"relay mirrors the primary: {len(primary_files)} files, "
-                             f"{self.bytes_stored()} bytes, {self.rows_written} rows written")
+            return Verdict(False, "; ".join(problems)), status
+        return Verdict(True, f"relay mirrors the primary ({status.files_stored} files, {status.bytes_stored} "
+                             f"bytes) and the replica matches it ({self.rows_written} rows)"), status
+
+    async def differences(self) -> list[str]:
+        primary_files = [name for name, _ in await self.binary_logs()]
+        return mirror_differences(self.primary, primary_files, self.relay_log) + await self.data_differences()
+
+    async def data_differences(self) -> list[str]:
+        """Row counts (against what the writer wrote) and CHECKSUM TABLE, replica against primary."""
+        problems = []
+        facts: dict[str, tuple[int, str | None]] = {}
+        for name, run in (("primary", self.primary_sql), ("replica", self.replica_sql)):
+            try:
+                counted = int((await run("SELECT COUNT(*) FROM demo.events"))[0][0] or 0)
+                checksum = (await run("CHECKSUM TABLE demo.events"))[0][1]
+            except ServerError as err:
+                problems.append(f"the {name}: {err}")
+                continue
+            facts[name] = counted, checksum
+            if counted != self.rows_written:
+                problems.append(f"demo.events on the {name} has {counted} rows, the writer wrote {self.rows_written}")
+        if len(facts) == 2 and facts["primary"][1] != facts["replica"][1]:
+            problems.append(f"CHECKSUM TABLE demo.events differs: primary {facts['primary'][1]}, "
+                            f"replica {facts['replica'][1]}")
+        return problems
+
+
+def _replica_position(slave: dict[str, str | None]) -> Position | None:
+    name = slave.get("Relay_Master_Log_File")
+    return (name, int(slave.get("Exec_Master_Log_Pos") or 0)) if name else None
+
+
+def _replica_note(slave: dict[str, str | None]) -> str:
+    """"" while both threads run, else their state (and the last error, if any)."""
+    if not slave:
+        return "not replicating"
+    io, sql_thread = slave.get("Slave_IO_Running"), slave.get("Slave_SQL_Running")
+    if io == "Yes" and sql_thread == "Yes":
+        return ""
+    note = f"IO thread {io}, SQL thread {sql_thread}"
+    errors = [slave.get(key) for key in ("Last_IO_Error", "Last_SQL_Error") if slave.get(key)]
+    return note + "".join(f": {error}" for error in errors)
 
 
 def _message(rng: random.Random, number: int) -> str:
@@ -358,18 +473,22 @@ async def wait_for_stop(seconds: float | None, stop: trio.Event) -> None:
     stop.set()
 
 
-async def run_with_primary(primary: LocalMariaDB, work_dir: Path, seconds: float | None,
-                           out: TextIO) -> Verdict:
+async def run_with_servers(primary: LocalMariaDB, replica: LocalMariaDB, work_dir: Path,
+                           seconds: float | None, out: TextIO) -> Verdict:
     for statement in SCHEMA:
         await sql(HOST, primary.port, ROOT_USER, "", statement)
     relay = Relay(relay_config(work_dir / "relay", primary.port))
     async with trio.open_nursery() as relay_nursery:
         await relay_nursery.start(relay.run)
+        demo = Demo(primary, relay, replica)
         print(f"relay:   server_id {RELAY_SERVER_ID}, data_dir {relay.relay_log.data_dir}, "
               f"replicas may connect to {HOST}:{relay.downstream.port}", file=out)
+        print(f"metrics: {demo.metrics_url}  (curl it while the demo runs)", file=out, flush=True)
+        await demo.attach_replica()
+        print(f"replica: replicating from the relay at {HOST}:{relay.downstream.port} "
+              f"from {FIRST_FILE}:4", file=out)
         how_long = "Ctrl-C to stop" if seconds is None else f"for {seconds:g} s (Ctrl-C stops sooner)"
         print(f"writing rows to demo.events, {how_long}", file=out, flush=True)
-        demo = Demo(primary, relay)
         view = LiveView(out)
         stop = trio.Event()
         async with trio.open_nursery() as load:
@@ -377,11 +496,13 @@ async def run_with_primary(primary: LocalMariaDB, work_dir: Path, seconds: float
             load.start_soon(demo.write_rows, stop)
             load.start_soon(demo.show_live, view, stop)
         view.keep()  # what follows goes below the last refresh instead of being redrawn over
-        print("stopped writing; waiting for the relay to catch up and comparing the files",
+        print("stopped writing; waiting for the relay and the replica to catch up, then comparing",
               file=out, flush=True)
-        verdict = await demo.verdict()
-        view.show(await demo.status())
+        verdict, final = await demo.verdict()
+        view.show(final if final is not None else await demo.status())
         view.keep()
+        with trio.move_on_after(QUERY_TIMEOUT):
+            await demo.detach_replica()
         relay_nursery.cancel_scope.cancel()
     return verdict
 
@@ -407,25 +528,40 @@ def run_demo(seconds: float | None = None, out: TextIO | None = None) -> int:
 
 
 def run_in(work_dir: Path, seconds: float | None, out: TextIO) -> Verdict:
-    """Start the primary in work_dir, run the demo against it, stop the primary."""
+    """Start the primary and the replica in work_dir, run the demo with them, stop them."""
     print(f"binlog-relay demo: working in {work_dir}", file=out)
     print("starting a MariaDB primary (mariadb-install-db takes a few seconds) ...", file=out, flush=True)
     set_template_parent(work_dir)  # the template datadir goes away with the rest
     primary = LocalMariaDB(work_dir / "primary", PRIMARY_SERVER_ID,
                            extra_args=[f"--max-binlog-size={MAX_BINLOG_SIZE}"])
+    replica = LocalMariaDB(work_dir / "replica", REPLICA_SERVER_ID)
     try:
         primary.start()
-        print(f"primary: mariadbd pid {primary.pid}, {HOST}:{primary.port}, "
+        print(f"primary: mariadbd pid {primary.pid}, {HOST}:{primary.port}, server_id {PRIMARY_SERVER_ID}, "
               f"max_binlog_size {MAX_BINLOG_SIZE}, datadir {primary.datadir}", file=out, flush=True)
-        return trio.run(run_with_primary, primary, work_dir, seconds, out)
+        replica.start()
+        print(f"replica: mariadbd pid {replica.pid}, {HOST}:{replica.port}, server_id {REPLICA_SERVER_ID}, "
+              f"datadir {replica.datadir}", file=out, flush=True)
+        return trio.run(run_with_servers, primary, replica, work_dir, seconds, out)
     except Exception as exc:  # noqa: BLE001 - a demo reports every failure as its verdict
         traceback.print_exc(file=sys.stderr)
         return Verdict(False, f"the demo stopped: {_describe(exc)}")
     finally:
-        pid = primary.pid
-        primary.stop()
-        if pid is not None:
-            print(f"stopped the primary (pid {pid})", file=out, flush=True)
+        # The replica first: it replicates from the relay, which reads from the primary.
+        for role, server in (("replica", replica), ("primary", primary)):
+            _stop_server(role, server, out)
+
+
+def _stop_server(role: str, server: LocalMariaDB, out: TextIO) -> None:
+    pid = server.pid
+    if pid is None:
+        return
+    try:
+        server.stop()
+    except Exception as exc:  # noqa: BLE001 - the other server must be stopped too
+        print(f"stopping the {role} failed ({_describe(exc)}); killing it", file=sys.stderr)
+        kill_quietly(server)
+    print(f"stopped the {role} (pid {pid})", file=out, flush=True)
 
 
 def _describe(exc: BaseException) -> str:

@@ -2,19 +2,12 @@
 # Debian machine (MariaDB server and client through apt when root; the Python package).
 # shellcheck shell=bash
 PYTHON=${PYTHON:-python3}
-MARIADB_PROGRAMS=(mariadbd mariadb-install-db mariadb mariadb-binlog)
-MARIADB_PACKAGES=(mariadb-server mariadb-client)
 POLICY_RC=/usr/sbin/policy-rc.d
 
 log() { echo "setup: $*" >&2; }
 
 # mariadbd lives in /usr/sbin, which is not on every user's PATH.
 have() { command -v "$1" > /dev/null 2>&1 || [[ -x /usr/sbin/$1 ]]; }
-
-missing_mariadb() {
-  local p
-  for p in "${MARIADB_PROGRAMS[@]}"; do have "$p" || echo "$p"; done
-}
 
 # invoke-rc.d and deb-systemd-invoke ask policy-rc.d whether a package may start its
 # service; exit 101 = no. Containers usually have one already; a plain machine does not.
@@ -28,23 +21,30 @@ deny_service_starts() {
 
 allow_service_starts() { rm -f "$POLICY_RC"; trap - EXIT; }
 
-install_mariadb() {
-  local missing
-  missing=$(missing_mariadb | tr '\n' ' ')
-  [[ -z $missing ]] && return 0
+# install_debian "what" "program program ..." "package package ...": installs the packages
+# with apt-get when a program is missing (as root); otherwise says what to install and exits 1.
+install_debian() {
+  local what=$1 programs=$2 packages=$3 missing p
+  missing=$(for p in $programs; do have "$p" || echo "$p"; done | tr '\n' ' ')
+  [[ -z ${missing// /} ]] && return 0
   if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
-    log "missing MariaDB programs: $missing"
-    log "install them, then run this again:  sudo apt-get install -y ${MARIADB_PACKAGES[*]}"
+    log "missing $what programs: $missing"
+    log "install them, then run this again:  sudo apt-get install -y $packages"
     exit 1
   fi
-  log "installing ${MARIADB_PACKAGES[*]} (missing: $missing)"
+  log "installing $packages (missing: $missing)"
   local created_policy=no
   deny_service_starts && created_policy=yes
   apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${MARIADB_PACKAGES[@]}"
+  # shellcheck disable=SC2086  # word splitting of the package list is wanted
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages
   [[ $created_policy == no ]] || allow_service_starts
-  missing=$(missing_mariadb | tr '\n' ' ')
-  [[ -z $missing ]] || { log "still missing after apt-get install: $missing"; exit 1; }
+  missing=$(for p in $programs; do have "$p" || echo "$p"; done | tr '\n' ' ')
+  [[ -z ${missing// /} ]] || { log "still missing after apt-get install: $missing"; exit 1; }
+}
+
+install_mariadb() {
+  install_debian MariaDB "mariadbd mariadb-install-db mariadb mariadb-binlog" "mariadb-server mariadb-client"
 }
 
 # True when this checkout is installed editable, no older than pyproject.toml, and every

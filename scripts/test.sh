@@ -17,6 +17,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
 
 install_mariadb
+install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
 install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"

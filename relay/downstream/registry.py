@@ -17,7 +17,7 @@ class Replica:
     registered_at: float = field(default_factory=time.time)
 
 
-@dataclass
+@dataclass(eq=False)  # identity, so it can live in a set
 class DumpState:
     """One running dump: where it is, and how to end it."""
 
@@ -34,7 +34,8 @@ class DumpState:
 class Registry:
     def __init__(self) -> None:
         self.replicas: dict[int, Replica] = {}
-        self.dumps: dict[int, DumpState] = {}  # by replica server_id (0: anonymous, not tracked)
+        self.dumps: dict[int, DumpState] = {}  # by replica server_id (0: anonymous, not here)
+        self.all_dumps: set[DumpState] = set()  # anonymous ones too: what retention must spare
         self.sessions_by_state: dict[str, int] = {}
         # cumulative counters, read by the metrics collector
         self.events_sent = 0
@@ -50,7 +51,9 @@ class Registry:
         self.replicas[replica.server_id] = replica
 
     def start_dump(self, dump: DumpState) -> None:
-        """A primary ends the older dump of a replica that connects again with the same server_id."""
+        """A primary ends the older dump of a replica that connects again with the same server_id
+        (server_id 0, a tool's one-off dump, is never a replica: those all run side by side)."""
+        self.all_dumps.add(dump)
         if dump.server_id == 0:
             return
         older = self.dumps.get(dump.server_id)
@@ -59,12 +62,13 @@ class Registry:
         self.dumps[dump.server_id] = dump
 
     def end_dump(self, dump: DumpState) -> None:
+        self.all_dumps.discard(dump)
         if self.dumps.get(dump.server_id) is dump:
             del self.dumps[dump.server_id]
             self.replicas.pop(dump.server_id, None)
 
     def files_in_use(self) -> set[str]:
-        return {dump.file for dump in self.dumps.values() if dump.file}
+        return {dump.file for dump in self.all_dumps if dump.file}
 
     def slave_hosts(self, relay_server_id: int) -> list[tuple[int, str, int, int]]:
         return [(r.server_id, r.host, r.port, relay_server_id) for r in self.replicas.values()

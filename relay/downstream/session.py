@@ -299,7 +299,7 @@ class _DumpSender:
         with open(path, "rb") as stored:
             fde = read_batch(stored, 4, path.stat().st_size)[0]
             self.session.conn.send_events(self.outbound.file_start(file, position, bytes(fde), first))
-            self.state.file = file
+            self.state.file, self.state.position = file, position
             position = max(position, 4 + len(fde)) if position == 4 else position
             self.outbound.position = position
             while True:
@@ -411,6 +411,8 @@ async def handle_connection(stream: trio.abc.Stream, context: SessionContext, pe
     except proto.ProtocolError as exc:
         context.registry.protocol_error("malformed")
         log.warning("downstream %s: protocol error: %s", peer, exc)
+    except Exception:  # one session's failure must never end the relay
+        log.exception("downstream %s: session failed", peer)
     finally:
         registry.session_state(state, None)
         await trio.aclose_forcefully(session.stream)
