@@ -162,3 +162,38 @@ def test_data_dir_of_another_primary_is_refused(mariadb_factory, tmp_path):
     assert relay.proc.wait(30) == 1
     assert "refusing to mix two binlog histories" in relay.log_text()
     assert not mirror_differences(first, relay.data_dir)
+
+
+def test_silent_connection_counts_as_lost(mariadb_factory, tmp_path):
+    """No event and no heartbeat for twice the heartbeat period: reconnect (the network may
+    swallow packets without resetting anything, e.g. a dead NAT entry)."""
+    primary = mariadb_factory(server_id=1)
+    proxy = CuttableProxy(primary.port)
+    relay = _relay(tmp_path, proxy.port)  # heartbeat_period 1 s in the test configuration
+    try:
+        primary.sql("CREATE DATABASE quiet")
+        wait_for_mirror(primary, relay)
+        proxy.frozen.set()
+        wait_for(lambda: "no event or heartbeat from the primary for 2s" in relay.log_text(), 30,
+                 "a silent connection was not detected")
+        proxy.frozen.clear()
+        primary.sql("CREATE TABLE quiet.t (id INT)")
+        wait_for_mirror(primary, relay)
+        assert proxy.connections >= 2
+    finally:
+        relay.stop()
+        proxy.close()
+
+
+def test_json_logs(mariadb_factory, tmp_path):
+    import json
+
+    primary = mariadb_factory(server_id=1)
+    relay = _relay(tmp_path, primary.port, logging={"level": "INFO", "format": "json"})
+    try:
+        wait_for_mirror(primary, relay)
+    finally:
+        assert relay.stop() == 0
+    entries = [json.loads(line) for line in relay.log_text().splitlines() if line.strip()]
+    assert {"ts", "level", "logger", "message"} <= set(entries[0])
+    assert any("dumping from mysql-bin.000001:4" in entry["message"] for entry in entries)

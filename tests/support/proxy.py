@@ -15,6 +15,7 @@ class CuttableProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self.cut_after: int | None = None  # bytes from the primary, counted per connection
+        self.frozen = threading.Event()  # while set, nothing is forwarded and nothing is closed
         self.cuts = 0
         self.connections = 0
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -48,6 +49,8 @@ class CuttableProxy:
                 data = source.recv(want)
                 if not data:
                     break
+                while self.frozen.is_set() and not self._closed:
+                    self.frozen.wait(0.05)  # a silent network: bytes neither pass nor fail
                 sink.sendall(data)
                 forwarded += len(data)
                 if from_primary and self.cut_after is not None and forwarded >= self.cut_after:

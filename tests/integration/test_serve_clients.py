@@ -1,0 +1,178 @@
+"""Binlog clients other than a replica, through the relay: mariadb-binlog --raw and
+mysql-replication's BinLogStreamReader see exactly what they see from the primary."""
+
+from __future__ import annotations
+
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pymysql
+import pytest
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
+from tests.support.relay import IN_USE_FLAG_OFFSET, wait_for_mirror
+from tests.support.replication import FIRST_FILE, mixed_workload, relay_factory  # noqa: F401 - a fixture
+
+
+def _binlog_command(port: int, result_dir: Path, *options: str) -> list[str]:
+    return [find_program("mariadb-binlog"), "--read-from-remote-server", "--raw", "--host=127.0.0.1",
+            f"--port={port}", f"--user={REPL_USER}", f"--password={REPL_PASSWORD}",
+            f"--result-file={result_dir}/", *options, FIRST_FILE]
+
+
+def _raw_differences(primary: MariaDB, result_dir: Path) -> list[str]:
+    """How the files mariadb-binlog wrote differ from the primary's binlogs (empty = identical);
+    the active file may differ only in the FDE's in-use flag."""
+    files = [name for name, _ in primary.binlog_files()]
+    written = sorted(path.name for path in result_dir.iterdir())
+    problems = [] if written == files else [f"files written {written} != primary's {files}"]
+    for position, name in enumerate(files):
+        path = result_dir / name
+        if not path.exists():
+            continue
+        ours, theirs = bytearray(path.read_bytes()), bytearray(primary.binlog_path(name).read_bytes())
+        if position == len(files) - 1 and min(len(ours), len(theirs)) > IN_USE_FLAG_OFFSET:
+            ours[IN_USE_FLAG_OFFSET] &= 0xFE
+            theirs[IN_USE_FLAG_OFFSET] &= 0xFE
+        if ours != theirs:
+            first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+            problems.append(f"{name}: {len(ours)} bytes written, {len(theirs)} on the primary, "
+                            f"first difference at {first}")
+    return problems
+
+
+# mariadb-binlog --stop-never dumps as server_id 1 unless --stop-never-slave-server-id is given, and 1 is
+# also the primary's server_id here (as on many real primaries): a primary sends it everything all the same.
+@pytest.mark.parametrize("stop_never_options", [[], ["--stop-never-slave-server-id=77"]],
+                         ids=["default-server-id", "own-server-id"])
+def test_mariadb_binlog_stop_never_through_the_relay_is_byte_identical(mariadb_factory, relay_factory, tmp_path,
+                                                                        stop_never_options):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=16384"])
+    relay = relay_factory("relay", primary.port)
+    result_dir = tmp_path / "follow"
+    result_dir.mkdir()
+    follower = subprocess.Popen(_binlog_command(relay.port, result_dir, "--stop-never", *stop_never_options),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    last: list[str] = []
+
+    def identical() -> bool:
+        nonlocal last
+        assert follower.poll() is None, f"mariadb-binlog --stop-never exited: {follower.communicate()[0]!r}"
+        last = _raw_differences(primary, result_dir)
+        return not last
+
+    def wait_identical(message: str) -> None:
+        try:
+            wait_for(identical, 30, message)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {last}\nrelay log:\n{relay.log_text()[-2000:]}") from None
+
+    try:
+        mixed_workload(primary, batches=6)
+        assert len(primary.binlog_files()) >= 5
+        wait_identical("the files of mariadb-binlog --stop-never never matched the primary's")
+        # it follows live: a write after it caught up arrives too
+        primary.sql("INSERT INTO shop.kv VALUES ('live', 'tail', 1)")
+        wait_identical("a live write did not reach mariadb-binlog --stop-never")
+        assert follower.poll() is None
+    finally:
+        follower.kill()
+        follower.wait(10)
+    assert relay.stop() == 0
+    assert "Traceback" not in relay.log_text()
+
+
+def test_mariadb_binlog_to_last_log_ends_by_itself(mariadb_factory, relay_factory, tmp_path):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=16384"])
+    relay = relay_factory("relay", primary.port)
+    mixed_workload(primary, batches=6)
+    wait_for_mirror(primary, relay)  # the relay has everything the primary wrote
+    result_dir = tmp_path / "once"
+    result_dir.mkdir()
+    once = subprocess.run(_binlog_command(relay.port, result_dir, "--to-last-log"), capture_output=True,
+                          timeout=60)
+    assert once.returncode == 0, once.stdout + once.stderr
+    assert _raw_differences(primary, result_dir) == []
+    assert relay.stop() == 0
+    assert "Traceback" not in relay.log_text()
+
+
+# --------------------------------------------------------------------------- pymysqlreplication
+
+
+def _normalise(value: object) -> object:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dict):  # JSON columns
+        return sorted((str(k), _normalise(v)) for k, v in value.items())
+    return value
+
+
+def _row_values(event: object) -> list[object]:
+    if not isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+        return []
+    rows = []
+    for row in event.rows:
+        rows.append(tuple((key, [_normalise(v) for v in row[key].values()])
+                          for key in ("values", "before_values", "after_values") if key in row))
+    return rows
+
+
+def _read_events(port: int, server_id: int) -> list[tuple[str, int, object]]:
+    settings = {"host": "127.0.0.1", "port": port, "user": REPL_USER, "password": REPL_PASSWORD}
+    stream = BinLogStreamReader(connection_settings=settings, server_id=server_id, blocking=False,
+                                resume_stream=True, log_file=FIRST_FILE, log_pos=4)
+    try:
+        return [(type(event).__name__, event.packet.log_pos, _row_values(event)) for event in stream]
+    finally:
+        stream.close()
+
+
+def _typed_workload(primary: MariaDB) -> None:
+    primary.execute_many([
+        "CREATE DATABASE typed",
+        "CREATE TABLE typed.t (id INT PRIMARY KEY, i BIGINT, s VARCHAR(50), d DECIMAL(12,3), f DOUBLE,"
+        " dt DATETIME, ts TIMESTAMP(3) NULL, b VARBINARY(20), e ENUM('x','y','z'), txt TEXT, n INT NULL)",
+        "INSERT INTO typed.t VALUES (1, -9000000000, 'one', 123.456, 1.5, '2024-02-29 12:34:56',"
+        " '2024-03-01 00:00:00.125', X'00FF10', 'y', 'long text', NULL),"
+        " (2, 42, 'two', -0.001, -2.25e10, '1999-12-31 23:59:59', NULL, '', 'z', '', 7),"
+        " (3, 0, 'three', 0, 0, '2000-01-01 00:00:00', '2030-01-01 01:02:03.004', X'41', 'x', NULL, 3)",
+        "UPDATE typed.t SET s = CONCAT(s, '!'), n = IFNULL(n, 0) + 1 WHERE id < 3",
+        "BEGIN",
+        "INSERT INTO typed.t (id, i, s) VALUES (10, 10, 'ten')",
+        "UPDATE typed.t SET d = d + 1 WHERE id = 3",
+        "DELETE FROM typed.t WHERE id = 2",
+        "COMMIT",
+        "FLUSH BINARY LOGS",
+        "DELETE FROM typed.t WHERE id = 1",
+        "INSERT INTO typed.t (id, txt) VALUES (11, REPEAT('w', 3000))",
+    ])
+
+
+@pytest.mark.parametrize("checksum", ["CRC32", "NONE"])
+def test_mysql_replication_reader_sees_what_the_primary_sends(mariadb_factory, relay_factory, checksum):
+    primary = mariadb_factory(server_id=1, extra_args=[f"--binlog-checksum={checksum}", "--binlog-row-metadata=FULL"])
+    assert primary.sql("SELECT @@GLOBAL.binlog_checksum")[0][0] == checksum
+    relay = relay_factory("relay", primary.port)
+    _typed_workload(primary)
+    wait_for_mirror(primary, relay)
+    conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW GLOBAL VARIABLES LIKE 'BINLOG_CHECKSUM'")
+            assert cur.fetchall() == (("binlog_checksum", checksum),)
+    finally:
+        conn.close()
+
+    direct = _read_events(primary.port, server_id=91)
+    relayed = _read_events(relay.port, server_id=92)
+    rows_events = [e for e in direct if e[2]]
+    assert len(rows_events) == 7, [e[:2] for e in direct]  # the workload's row events were decoded
+    assert {name for name, _, _ in direct} >= {"WriteRowsEvent", "UpdateRowsEvent", "DeleteRowsEvent",
+                                               "QueryEvent", "XidEvent", "RotateEvent", "FormatDescriptionEvent"}
+    assert relayed == direct
+    assert relay.stop() == 0
+    assert "Traceback" not in relay.log_text()

@@ -1,0 +1,350 @@
+"""Clients the relay must refuse, each against a relay with a live MariaDB replica attached: the
+refusal is the error a primary gives, and the replica keeps replicating through all of it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pymysql
+import pytest
+
+from relay.protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
+from relay.protocol.packets import PacketReader, frame, is_err, parse_err
+from tests.support.certs import make_certs
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
+from tests.support.relay import RelayProcess
+from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+    FIRST_FILE,
+    RawClient,
+    ServerError,
+    assert_healthy,
+    attach_replica,
+    binlog_events,
+    relay_factory,
+    wait_caught_up,
+)
+
+ER_CON_COUNT_ERROR = 1040
+ER_ACCESS_DENIED_ERROR = 1045
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+ER_SECURE_TRANSPORT_REQUIRED = 3159
+
+
+class Served:
+    """A primary, the relay, and a replica of the relay that is caught up."""
+
+    def __init__(self, mariadb_factory, relay_factory, replica_change: str = "", **relay_overrides) -> None:
+        self.primary: MariaDB = mariadb_factory(server_id=1)
+        self.replica: MariaDB = mariadb_factory(server_id=2)
+        self.relay: RelayProcess = relay_factory("relay", self.primary.port, **relay_overrides)
+        self.primary.execute_many(["CREATE DATABASE app", "CREATE TABLE app.t (id INT PRIMARY KEY AUTO_INCREMENT,"
+                                   " note VARCHAR(100))"])
+        attach_replica(self.replica, self.relay.port, extra_change=replica_change)
+        self.writes = 0
+        self.still_replicates("attached")
+
+    def still_replicates(self, after: str) -> None:
+        """A new write on the primary reaches the replica, which reports no error."""
+        self.writes += 1
+        self.primary.sql("INSERT INTO app.t (note) VALUES (%s)", after)
+        wait_caught_up(self.primary, self.replica, timeout=30)
+        assert self.replica.sql("SELECT COUNT(*) FROM app.t WHERE note = %s", after) == [(1,)], after
+        assert self.replica.sql("SELECT COUNT(*) FROM app.t") == [(self.writes,)]
+        assert_healthy(self.replica)
+        assert self.relay.alive()
+
+    def connect(self, **options) -> pymysql.connections.Connection:
+        settings = {"host": "127.0.0.1", "port": self.relay.port, "user": REPL_USER, "password": REPL_PASSWORD,
+                    "connect_timeout": 10}
+        return pymysql.connect(**{**settings, **options})
+
+    def finish(self) -> None:
+        assert self.relay.stop() == 0
+        assert "Traceback" not in self.relay.log_text()
+
+
+def _refused_with(code: int, connect) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(pymysql.err.OperationalError) as refused:
+        connect().close()
+    assert refused.value.args[0] == code, refused.value.args
+    return str(refused.value.args[1])
+
+
+def test_bad_logins_get_1045(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory)
+    message = _refused_with(ER_ACCESS_DENIED_ERROR, lambda: served.connect(password="wrong"))
+    assert "repl" in message
+    served.still_replicates("after a wrong password")
+    _refused_with(ER_ACCESS_DENIED_ERROR, lambda: served.connect(user="nobody"))
+    served.still_replicates("after an unknown user")
+    _refused_with(ER_ACCESS_DENIED_ERROR, lambda: served.connect(password=""))
+    served.still_replicates("after an empty password")
+    served.connect().close()  # and the right password still works
+    served.finish()
+
+
+def test_tls_required(mariadb_factory, relay_factory, tmp_path):
+    certs = make_certs(tmp_path / "certs")
+    served = Served(mariadb_factory, relay_factory,
+                    replica_change=f"MASTER_SSL = 1, MASTER_SSL_CA = '{certs.ca}', MASTER_SSL_VERIFY_SERVER_CERT = 1",
+                    listen={"ssl": {"cert": str(certs.cert), "key": str(certs.key), "require": True},
+                            "handshake_timeout": 5})
+    assert served.replica.slave_status()["Master_SSL_Allowed"] == "Yes"  # the replica itself came over TLS
+
+    _refused_with(ER_SECURE_TRANSPORT_REQUIRED, lambda: served.connect(ssl_disabled=True))
+    served.still_replicates("after a pymysql client without TLS")
+    cli = subprocess.run([find_program("mariadb"), "--skip-ssl", "--host=127.0.0.1", f"--port={served.relay.port}",
+                          f"--user={REPL_USER}", f"--password={REPL_PASSWORD}", "-e", "SELECT 1"],
+                         capture_output=True, text=True, timeout=30)
+    assert cli.returncode != 0 and "3159" in cli.stderr, (cli.returncode, cli.stdout, cli.stderr)
+    served.still_replicates("after the mariadb CLI with --skip-ssl")
+
+    conn = served.connect(ssl={"ca": str(certs.ca)})
+    try:
+        assert isinstance(conn._sock, ssl.SSLSocket)  # noqa: SLF001 - the only way pymysql tells
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@global.binlog_checksum")
+            assert cur.fetchall() == (("CRC32",),)
+    finally:
+        conn.close()
+    served.still_replicates("after a TLS client")
+    served.finish()
+
+
+def _tls_login_in_one_segment(port: int, ca: Path) -> bool:
+    """Log in over TLS with the SSLRequest and the TLS ClientHello in one send(), as a client does
+    that writes both at once (PyMySQL does: write_packet(SSLRequest), then wrap_socket). Returns
+    whether the connection is TLS when logged in."""
+    context = ssl.create_default_context(cafile=str(ca))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+    conn = ClientConnection(REPL_USER, REPL_PASSWORD, tls="required")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        def receive() -> bytes:
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("the relay closed the connection")
+            return data
+
+        while (event := conn.next_event()) is NEED_DATA:
+            conn.receive_data(receive())
+        assert isinstance(event, StartTLS), event
+        try:
+            tls.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        sock.sendall(conn.data_to_send() + outgoing.read())  # SSLRequest + ClientHello together
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    sock.sendall(outgoing.read())
+                incoming.write(receive())
+        if outgoing.pending:
+            sock.sendall(outgoing.read())
+        conn.tls_started()
+        tls.write(conn.data_to_send())
+        sock.sendall(outgoing.read())
+        while True:
+            try:
+                conn.receive_data(tls.read(1 << 16))
+            except ssl.SSLWantReadError:
+                incoming.write(receive())
+                continue
+            event = conn.next_event()
+            if event is not NEED_DATA:
+                assert isinstance(event, Connected), event
+                return event.tls
+
+
+def test_tls_login_when_the_client_hello_comes_with_the_ssl_request(mariadb_factory, relay_factory, tmp_path):
+    certs = make_certs(tmp_path / "certs")
+    served = Served(mariadb_factory, relay_factory,
+                    listen={"ssl": {"cert": str(certs.cert), "key": str(certs.key)}, "handshake_timeout": 5})
+    assert _tls_login_in_one_segment(served.relay.port, certs.ca)
+    served.still_replicates("after a TLS login in one segment")
+    # PyMySQL's default (TLS when the server offers it, no CA) writes both back to back
+    for attempt in range(3):
+        conn = served.connect()
+        try:
+            assert isinstance(conn._sock, ssl.SSLSocket)  # noqa: SLF001
+        finally:
+            conn.close()
+    served.still_replicates("after PyMySQL clients with default TLS settings")
+    served.finish()
+
+
+def _dump_refusal(port: int, file: str, position: int, connect_state: str | None = None) -> ServerError:
+    with RawClient(port) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        client.query("SET @mariadb_slave_capability = 4")
+        if connect_state is not None:
+            client.query(f"SET @slave_connect_state = '{connect_state}'")
+        client.start_dump(file, position, server_id=77)
+        reply = client.dump_reply()
+    assert isinstance(reply, ServerError), f"dump of {file}:{position} ({connect_state}) was not refused: {reply[:40]!r}"
+    assert reply.code == ER_MASTER_FATAL_ERROR_READING_BINLOG, reply
+    return reply
+
+
+def test_impossible_dumps_get_1236(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory)
+    port = served.relay.port
+    file, end = served.primary.master_status()
+    assert file == FIRST_FILE
+
+    _dump_refusal(port, "mysql-bin.000099", 4)
+    served.still_replicates("after a dump of a missing file")
+    _dump_refusal(port, file, end + 1000)
+    served.still_replicates("after a dump past the end")
+    # inside a row event: the start of the last event of the primary's file, plus 10 bytes
+    starts, offset = [], 4
+    for event in binlog_events(served.primary.binlog_path(file)):
+        starts.append((offset, event.type))
+        offset += event.length
+    inside = next(start for start, etype in reversed(starts) if etype in (23, 30)) + 10
+    _dump_refusal(port, file, inside)
+    served.still_replicates("after a dump from the middle of an event")
+    gtid = _dump_refusal(port, "", 4, connect_state="0-1-99999")
+    assert "0-1-99999" in gtid.message, gtid
+    served.still_replicates("after a GTID dump of a GTID not stored")
+    # the valid dump just before the end and at the very end are fine (EOF, not an error)
+    with RawClient(port) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        client.start_dump(file, served.primary.master_status()[1], server_id=77, flags=0x01)
+        assert client.read_dump()  # a fake ROTATE and the FDE, then EOF
+    served.finish()
+
+
+def test_max_connections(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory, listen={"max_connections": 3})
+    # the replica's IO thread holds one connection; two more fill the relay up
+    held = [served.connect(), served.connect()]
+    try:
+        message = _refused_with(ER_CON_COUNT_ERROR, lambda: served.connect())
+        assert "Too many connections" in message
+        served.still_replicates("while full")
+        held.pop().close()
+        conn = wait_for(lambda: served.connect(), 10, "a slot did not come free",
+                        ignore=(pymysql.err.OperationalError,))
+        held.append(conn)
+        _refused_with(ER_CON_COUNT_ERROR, lambda: served.connect())
+    finally:
+        for conn in held:
+            conn.close()
+    served.still_replicates("after the connections closed")
+    served.finish()
+
+
+def test_silent_client_is_closed_after_the_handshake_timeout(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory, listen={"handshake_timeout": 1})
+    with socket.create_connection(("127.0.0.1", served.relay.port), timeout=10) as sock:
+        started = time.monotonic()
+        greeting = sock.recv(1 << 16)
+        assert greeting[4] == 10, greeting  # protocol version 10: the relay greets at once
+        rest = sock.recv(1 << 16)  # then we say nothing, and the relay hangs up
+        elapsed = time.monotonic() - started
+    assert rest == b"", rest
+    assert 0.8 <= elapsed <= 5, elapsed
+    served.still_replicates("after a silent client")
+    served.finish()
+
+
+def _raw_command(client: RawClient, payload: bytes) -> bytes:
+    """Send payload as a command packet (seq 0), return the reply packet's payload."""
+    data, _ = frame(payload, 0)
+    client.send_raw(data)
+    reader = PacketReader()
+    reader.check_seq = False
+    while (packet := reader.next_packet()) is None:
+        chunk = client.recv_raw()
+        if not chunk:
+            raise ConnectionError("the relay closed the connection")
+        reader.feed(chunk)
+    return bytes(packet)
+
+
+def test_malformed_packets_get_an_error(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory)
+    garbage = [
+        b"\x12\x01",  # COM_BINLOG_DUMP cut short
+        b"\x15\x4d",  # COM_REGISTER_SLAVE cut short
+        b"\xee" + os.urandom(40),  # no such command
+        b"",  # an empty packet
+    ]
+    for payload in garbage:
+        with RawClient(served.relay.port) as client:
+            reply = _raw_command(client, payload)
+            assert is_err(reply), f"{payload!r} -> {reply!r}"
+            assert parse_err(reply).code in (1047, 1835), parse_err(reply)
+            # the session survives an ERR like a primary's does
+            assert client.query("SELECT 1").rows == (("1",),)
+        served.still_replicates(f"after {payload[:4]!r}")
+    # bytes that are not even packets: the relay may hang up, but it stays up and serves the rest
+    with RawClient(served.relay.port) as client:
+        client.send_raw(os.urandom(3) + b"\x07" + os.urandom(200))
+        client.sock.settimeout(5)
+        try:
+            while client.recv_raw():
+                pass
+        except (ConnectionError, TimeoutError):
+            pass
+    served.still_replicates("after raw garbage")
+    served.finish()
+
+
+def test_replica_with_the_relays_server_id_is_refused(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory)
+    same = mariadb_factory(server_id=1001)  # the relay's own server_id in the test config
+    attach_replica(same, served.relay.port)
+    status = wait_for(lambda: (s := same.slave_status())["Slave_IO_Running"] == "No" and s, 30,
+                      "a replica with the relay's server_id kept replicating")
+    assert int(status["Last_IO_Errno"]) != 0, status
+    assert same.sql("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'app'") == [(0,)]
+    served.still_replicates("after a replica with the relay's server_id")
+    # the relay itself refuses it too, whatever the replica checks on its side
+    with RawClient(served.relay.port) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        with pytest.raises(ServerError) as register:
+            client.register_slave(1001)
+        assert register.value.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
+    with RawClient(served.relay.port) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        client.start_dump(FIRST_FILE, 4, server_id=1001)
+        reply = client.dump_reply()
+        assert isinstance(reply, ServerError) and reply.code == ER_MASTER_FATAL_ERROR_READING_BINLOG, reply
+    served.still_replicates("after raw clients with the relay's server_id")
+    served.finish()
+
+
+def test_a_second_dump_with_the_same_server_id_ends_the_first(mariadb_factory, relay_factory):
+    served = Served(mariadb_factory, relay_factory)
+    with RawClient(served.relay.port) as first, RawClient(served.relay.port) as second:
+        for client in (first, second):
+            client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        first.start_dump(FIRST_FILE, 4, server_id=77)
+        assert first.next_dump_packets()  # streaming
+        wait_for(lambda: "dump for server_id 77 " in served.relay.log_text(), 10, "first dump not logged")
+        second.start_dump(FIRST_FILE, 4, server_id=77)
+        assert second.next_dump_packets()
+        # the first connection ends: drain what was sent, then EOF or an error packet, then close
+        first.sock.settimeout(10)
+        ended = False
+        try:
+            while True:
+                packets = first.next_dump_packets()
+                if any(p[0] in (0xFE, 0xFF) and len(p) < 0x100 for p in packets):
+                    ended = True
+                    break
+        except ConnectionError:
+            ended = True
+        assert ended
+    served.still_replicates("after two dumps with one server_id")
+    served.finish()
