@@ -75,7 +75,8 @@ class RelayLog:
 
     def close(self) -> None:
         if self._fd is not None:
-            self._discard_uncommitted()
+            self.commit_now()  # whole groups held back for group commit are kept
+            self.discard_uncommitted()
             self._fsync()
             self._write_checkpoint()
             os.close(self._fd)
@@ -239,9 +240,6 @@ class RelayLog:
 
     def discard_uncommitted(self) -> None:
         """After a lost upstream: cut the partial group so the resumed dump continues cleanly."""
-        self._discard_uncommitted()
-
-    def _discard_uncommitted(self) -> None:
         if self._fd is None or self.committed is None:
             return
         # Unconditionally: a write that failed half-way (disk full) moved the file offset
