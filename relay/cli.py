@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     hashp = commands.add_parser("hash-password",
                                 help="print the mysql_native_password hash of a password read from stdin")
     hashp.set_defaults(handler=cmd_hash_password)
-    demo = commands.add_parser("demo", help="a local MariaDB primary, the relay, a few writes, what it stored")
+    demo = commands.add_parser("demo", help="a local MariaDB primary, the relay and a replica of it, live figures, a verdict")
     demo.add_argument("--seconds", type=float, default=None,
                       help="stop after this many seconds instead of waiting for Ctrl-C")
     demo.set_defaults(handler=cmd_demo)

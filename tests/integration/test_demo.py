@@ -1,4 +1,5 @@
-"""`binlog-relay demo` end to end: a real MariaDB, the relay, the verdict, nothing left behind."""
+"""`binlog-relay demo` end to end: a real MariaDB primary, the relay, a MariaDB replica of the relay,
+the metrics endpoint while it runs, the verdict, nothing left behind."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = 180.0  # includes mariadb-install-db, which is slow on a busy disk
-VERDICT_OK = re.compile(r"^VERDICT: OK - relay mirrors the primary: (\d+) files, (\d+) bytes, (\d+) rows written$",
-                        re.MULTILINE)
-LIVE_LINE = re.compile(r"^time +[\d.]+s \| rows written \d+ \| primary at \S+ \| relay committed \S+ \| lag ",
-                       re.MULTILINE)
+VERDICT_OK = re.compile(r"^VERDICT: OK - relay mirrors the primary \((\d+) files, (\d+) bytes\) "
+                        r"and the replica matches it \((\d+) rows\)$", re.MULTILINE)
+LIVE_LINE = re.compile(r"^time +[\d.]+s \| rows written (?P<rows>\d+) \| primary at (?P<primary>\S+) "
+                       r"\| relay committed (?P<relay>\S+) \| relay lag [^|]+ \| replica at (?P<replica>\S+)[^|]* "
+                       r"\| replica lag [^|]+ \| files stored [^|]+ \| metrics (?P<metrics>\S+)$", re.MULTILINE)
+METRICS_URL = re.compile(r"^metrics: (http://127\.0\.0\.1:\d+/metrics)", re.MULTILINE)
+STOPPED_WRITING = "stopped writing"
 INSTALL_HINT = "apt-get install -y mariadb-server mariadb-client"
 
 
@@ -29,11 +34,12 @@ def _env(**overrides: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **overrides}
 
 
-def _work_dir_and_pid(output: str) -> tuple[Path, int]:
+def _work_dir_and_pids(output: str) -> tuple[Path, list[int]]:
+    """The demo's temp dir and the pids of its two servers (primary, replica)."""
     work_dir = re.search(r"working in (\S+)", output)
-    pid = re.search(r"mariadbd pid (\d+)", output)
-    assert work_dir and pid, output
-    return Path(work_dir.group(1)), int(pid.group(1))
+    pids = [int(pid) for pid in re.findall(r"mariadbd pid (\d+)", output)]
+    assert work_dir and len(pids) == 2, output
+    return Path(work_dir.group(1)), pids
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -47,11 +53,18 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+def _is_mariadbd(pid: int) -> bool:
+    try:
+        return b"mariadbd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False  # no such process (any more)
+
+
 def _assert_cleaned_up(output: str) -> None:
-    work_dir, pid = _work_dir_and_pid(output)
+    work_dir, pids = _work_dir_and_pids(output)
     assert not work_dir.exists(), f"{work_dir} was not removed"
     assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
-    assert not Path(f"/proc/{pid}").exists() or b"mariadbd" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert [pid for pid in pids if _is_mariadbd(pid)] == [], f"a mariadbd of the demo is left: {pids}"
 
 
 def _assert_ok_verdict(output: str, min_files: int) -> None:
@@ -60,14 +73,39 @@ def _assert_ok_verdict(output: str, min_files: int) -> None:
     files, stored_bytes, rows = (int(group) for group in verdict.groups())
     assert files >= min_files, output
     assert stored_bytes > 0 and rows > 0, output
+    _assert_replica_caught_up(output, rows)
 
 
-def test_demo_mirrors_the_primary_and_cleans_up() -> None:
-    result = subprocess.run(_demo_command("--seconds", "6"), cwd=REPO, env=_env(), capture_output=True,
-                            text=True, timeout=DEMO_TIMEOUT)
+def _assert_replica_caught_up(output: str, rows: int) -> None:
+    """The view's last line (after the writes stopped) has the relay and the replica at the primary's position."""
+    after_stop = output[output.index(STOPPED_WRITING):]
+    final = list(LIVE_LINE.finditer(after_stop))
+    assert final, output
+    line = final[-1]
+    assert line["replica"] == line["relay"] == line["primary"], line.group(0)
+    assert int(line["rows"]) == rows, line.group(0)
 
-    output = result.stdout
-    assert result.returncode == 0, f"{output}\n{result.stderr}"
+
+def test_demo_replicates_through_the_relay_serves_metrics_and_cleans_up() -> None:
+    proc = subprocess.Popen(_demo_command("--seconds", "6"), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    try:
+        # The first view line: the relay is connected and the replica attached.
+        seen = _read_until(proc, lambda text: len(LIVE_LINE.findall(text)) >= 1, DEMO_TIMEOUT)
+        url = METRICS_URL.search(seen)
+        assert url, seen
+        with urllib.request.urlopen(url.group(1), timeout=10) as response:
+            scraped = response.read().decode()
+        rest, errors = proc.communicate(timeout=DEMO_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    output = seen + rest.decode()
+    assert proc.returncode == 0, f"{output}\n{errors.decode()}"
+    assert "binlog_relay_upstream_connected 1.0" in scraped, scraped
+    assert all(line["metrics"] == url.group(1) for line in LIVE_LINE.finditer(output)), output
     _assert_ok_verdict(output, min_files=2)  # max_binlog_size is small enough to rotate in 6 s
     assert len(LIVE_LINE.findall(output)) >= 3, output
     assert "\x1b[" not in output  # not a terminal: plain lines, no redraw codes
