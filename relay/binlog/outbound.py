@@ -66,6 +66,11 @@ class OutboundStream:
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
+        self.position = end
+        options = self.options
+        if (options.replica_server_id is None and not options.ignore_server_ids and options.send_annotate_rows
+                and not options.gtid_skip_through and self._skipping is None):
+            return events  # nothing to leave out (mariadb-binlog, CDC tools): no per-event work
         out = []
         append = out.append
         ignored = self.options.ignore_server_ids
@@ -92,7 +97,6 @@ class OutboundStream:
             if etype == ev.ANNOTATE_ROWS_EVENT and not send_annotate:
                 continue
             append(event)
-        self.position = end
         return out
 
     @staticmethod

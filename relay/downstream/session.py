@@ -324,11 +324,11 @@ class _DumpSender:
         events = read_batch(stored, position, end)
         if not events:
             return end
-        run_end = position + sum(len(e) for e in events)
+        run_end = position + sum(map(len, events))
         to_send = self.outbound.filter(events, run_end)
         if to_send:
             self.session.conn.send_events(to_send)
-            sent_bytes = sum(len(e) for e in to_send)
+            sent_bytes = sum(map(len, to_send))
             self.state.events_sent += len(to_send)
             self.state.bytes_sent += sent_bytes
             registry = self.session.context.registry

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from ..binlog import events as ev
 
 BLOCK_SIZE = 1 << 20
+_LENGTH = struct.Struct("<I")
 
 
 def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE
@@ -57,15 +59,17 @@ def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_S
     stream.seek(start)
     block = memoryview(stream.read(min(block_size, end - start)))
     events = []
+    append = events.append
+    length_at = _LENGTH.unpack_from
     pos = 0
     size = len(block)
     while pos + ev.HEADER_LEN <= size:
-        length = int.from_bytes(block[pos + 9 : pos + 13], "little")
+        length = length_at(block, pos + 9)[0]
         if length < ev.HEADER_LEN:
             raise ev.BinlogFormatError(f"bogus event length {length} at {start + pos}")
         if pos + length > size:
             break
-        events.append(block[pos : pos + length])
+        append(block[pos : pos + length])
         pos += length
     if not events:
         length = int.from_bytes(block[9:13], "little")
