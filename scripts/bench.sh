@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # scripts/bench.sh - the project's benchmark command (bench/README.md).
 #
-# Usage: bash scripts/bench.sh [bench.ingest arguments...]
-#   e.g. bash scripts/bench.sh --reuse --json /tmp/ingest.json
-#        bash scripts/bench.sh --reuse --profile py-spy
+# Usage: bash scripts/bench.sh [ingest|serve|all] [options...]      (default: all)
+#   e.g. bash scripts/bench.sh --reuse --json /tmp/bench.json
+#        bash scripts/bench.sh ingest --reuse --profile py-spy
+#        bash scripts/bench.sh serve --reuse --clients 20 --json /tmp/serve.json
 #
-# Runs every benchmark; for now that is the ingest benchmark (python3 -m bench.ingest),
-# which starts a throw-away MariaDB primary, fills its binlog with sysbench and measures
-# the relay against mariadb-binlog. Before that it makes sure the programs exist:
+# ingest: python3 -m bench.ingest - the relay fetching the binlog vs mariadb-binlog.
+# serve:  python3 -m bench.serve  - mariadb-binlog downloading it from the relay vs from the
+#         primary, one at a time and --clients at once.
+# all:    ingest, then serve, on one primary (see run_all below for how options are shared).
+# Both start a throw-away MariaDB primary and fill its binlog with sysbench (or --reuse
+# the one of an earlier run). Before that this script makes sure the programs exist:
 #   MariaDB server and client, and sysbench: installed with apt-get when missing and run
 #   as root (the packaged services are kept from starting), otherwise the script says
 #   what to install and exits 1.
@@ -75,7 +79,88 @@ install_py_spy() {
   done
 }
 
+# ---------------------------------------------------------------- all: ingest, then serve
+#
+# Options both benchmarks know go to both; those only one knows go only to it (the lists
+# below; keep them in step with the benchmarks' --help). --json PATH and --profile-out PATH
+# become PATH with .ingest / .serve before the extension, so the second does not overwrite
+# the first. The two share one primary: unless --reuse or --keep is given, ingest keeps it
+# running (--keep) and serve reuses it and destroys it at the end (--reuse --destroy), so
+# the binlog is filled once. The exit status is the first failure's (serve runs anyway).
+INGEST_ONLY_WITH_VALUE=(--sync)
+SERVE_ONLY_WITH_VALUE=(--clients --concurrent-rounds --relay-port --metrics-port --relay-log-level
+                       --profile-clients --profile-rate)
+SERVE_ONLY_FLAGS=(--no-primary-concurrent --destroy)
+WITH_VALUE=(--json --rounds --sync --size-mb --min-mb --max-binlog-size --port --name --sandbox-dir
+            --workdir --timeout --profile --profile-out "${SERVE_ONLY_WITH_VALUE[@]}")
+
+in_list() {  # in_list WORD LIST...
+  local word=$1 item; shift
+  for item in "$@"; do [[ $item == "$word" ]] && return 0; done
+  return 1
+}
+
+# PATH with .NAME inserted before the extension: /tmp/r.json -> /tmp/r.ingest.json
+tagged() {
+  local path=$1 name=$2 base=${1##*/}
+  if [[ $base == *.* ]]; then echo "${path%.*}.$name.${path##*.}"; else echo "$path.$name"; fi
+}
+
+run_all() {
+  local ingest=() serve=() option value reuse=no keep=no
+  while (($#)); do
+    option=$1 value=""; shift
+    if [[ $option == --*=* ]]; then
+      value=${option#*=} option=${option%%=*}
+    elif in_list "$option" "${WITH_VALUE[@]}"; then
+      (($#)) || { log "$option needs a value"; exit 2; }
+      value=$1; shift
+    fi
+    case $option in
+      --reuse) reuse=yes ;;
+      --keep) keep=yes ;;
+    esac
+    if [[ $option == --json || $option == --profile-out ]]; then
+      ingest+=("$option" "$(tagged "$value" ingest)")
+      serve+=("$option" "$(tagged "$value" serve)")
+    elif in_list "$option" "${INGEST_ONLY_WITH_VALUE[@]}"; then
+      ingest+=("$option" "$value")
+    elif in_list "$option" "${SERVE_ONLY_WITH_VALUE[@]}"; then
+      serve+=("$option" "$value")
+    elif in_list "$option" "${SERVE_ONLY_FLAGS[@]}"; then
+      serve+=("$option")
+    elif [[ $option == --profile && $value != py-spy ]]; then
+      ingest+=("$option" "$value")  # bench.serve profiles with py-spy only
+    elif in_list "$option" "${WITH_VALUE[@]}"; then
+      ingest+=("$option" "$value"); serve+=("$option" "$value")
+    else
+      ingest+=("$option"); serve+=("$option")
+    fi
+  done
+  if [[ $reuse == no && $keep == no ]]; then
+    ingest+=(--keep)
+    serve+=(--reuse --destroy)
+  elif [[ $reuse == no ]]; then
+    serve+=(--reuse)  # --keep alone: serve takes over the primary ingest left running
+  fi
+  local status=0
+  log "ingest benchmark: python3 -m bench.ingest ${ingest[*]}"
+  "$PYTHON" -m bench.ingest "${ingest[@]}" || status=$?
+  log "serve benchmark: python3 -m bench.serve ${serve[*]}"
+  "$PYTHON" -m bench.serve "${serve[@]}" || { local s=$?; ((status)) || status=$s; }
+  return "$status"
+}
+
+which=all
+case ${1:-} in
+  ingest | serve | all) which=$1; shift ;;
+esac
+
 install_programs
 install_python_deps
 install_py_spy "$@"
-exec "$PYTHON" -m bench.ingest "$@"
+case $which in
+  ingest) exec "$PYTHON" -m bench.ingest "$@" ;;
+  serve) exec "$PYTHON" -m bench.serve "$@" ;;
+  all) run_all "$@" ;;
+esac

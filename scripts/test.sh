@@ -18,6 +18,7 @@ source scripts/setup.sh
 
 install_mariadb
 install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
+install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline tests
 install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"

@@ -55,7 +55,8 @@ from typing import Any, BinaryIO, NamedTuple
 
 from . import coltypes as ct
 from . import events as ev
-from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_rows_event, parse_table_map, uncompress_rows
+from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
+from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter", "iter_changes",
@@ -64,6 +65,8 @@ __all__ = [
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
 _OFFSET = struct.Struct("<Q")
+_MARIADB_GTID = struct.Struct("<QIB").unpack_from  # seq_no, domain_id, flags2
+_U32 = struct.Struct("<I").unpack_from
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
@@ -247,6 +250,7 @@ _NEUTRAL = frozenset({
     ev.INTVAR_EVENT, ev.RAND_EVENT, ev.USER_VAR_EVENT, ev.IGNORABLE_LOG_EVENT, ev.UNKNOWN_EVENT,
 })
 _MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
+_IN_GROUP = ROWS_EVENT_TYPES | {ev.TABLE_MAP_EVENT, ev.ANNOTATE_ROWS_EVENT, ev.ROWS_QUERY_LOG_EVENT}
 _BUFFERED = ROWS_EVENT_TYPES | {ev.TABLE_MAP_EVENT, ev.ANNOTATE_ROWS_EVENT, ev.ROWS_QUERY_LOG_EVENT,
                                 ev.QUERY_EVENT, ev.QUERY_COMPRESSED_EVENT}
 
@@ -286,6 +290,14 @@ class ChangeDecoder:
 
         Consume (or drop) the returned iterator before feeding the next event."""
         etype = event[4]
+        group = self._group
+        if etype in _IN_GROUP and group is not None and group.state == _IN_TRANSACTION:
+            if not group.skip:  # the hot path: a table map or rows event inside a transaction
+                group.mem.append((offset, event))
+                group.mem_bytes += 8 + len(event)  # _OFFSET.size
+                if group.mem_bytes > self.segment_bytes:
+                    self._spill(group)
+            return _EMPTY
         if etype == ev.FORMAT_DESCRIPTION_EVENT:
             fde = ev.parse_format_description(event)
             self.crc = ev.CRC_LEN if fde.checksum_alg == ev.CHECKSUM_CRC32 else 0
@@ -297,16 +309,18 @@ class ChangeDecoder:
         if etype in _NEUTRAL:
             return _EMPTY
         if etype == ev.GTID_EVENT:
-            gtid = ev.parse_mariadb_gtid(event)
-            self._drop_group()
-            skip = bool(self.gtids) and not self.gtids.wants(gtid.domain_id, gtid.seq_no)
-            server_id = int.from_bytes(event[5:9], "little")
-            if gtid.standalone:
+            seq_no, domain, flags2 = _MARIADB_GTID(event, ev.HEADER_LEN)
+            if group is not None or self._pending is not None:
+                self._drop_group()
+            skip = bool(self.gtids) and not self.gtids.wants(domain, seq_no)
+            server_id = _U32(event, 5)[0]
+            gtid = f"{domain}-{server_id}-{seq_no}"
+            if flags2 & ev.FL_STANDALONE:
                 self._state = _STANDALONE
-                self._pending = (str(gtid), offset, skip)
+                self._pending = (gtid, offset, skip)
             else:
                 self._state = _IN_TRANSACTION
-                self._group = _Group(str(gtid), offset, server_id, skip, _IN_TRANSACTION)
+                self._group = _Group(gtid, offset, server_id, skip, _IN_TRANSACTION)
             return _EMPTY
         if etype in _MYSQL_GTIDS:
             self._drop_group()
@@ -480,12 +494,17 @@ class ChangeDecoder:
 
     def _replay(self, group: _Group, commit_event: bytes | memoryview) -> Iterator[Change]:
         commit_ts = int.from_bytes(commit_event[0:4], "little")
+        if group.spill is None:
+            return self._changes(group, group.mem, commit_ts)  # nothing to clean up
+        return self._decode(group, _records(group), commit_ts)
+
+    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
         try:
-            yield from self._decode(group, _records(group), commit_ts)
+            yield from self._changes(group, records, commit_ts)
         finally:
             group.close()
 
-    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
+    def _changes(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
         file, gtid, txn_pos = self.file, group.gtid, group.txn_pos
         crc = self.crc
         phl = self.post_header_len
@@ -496,6 +515,7 @@ class ChangeDecoder:
         maps: dict[int, TableMap] = {}
         wanted: dict[int, bool] = {}
         annotate: str | None = None
+        server_id = group.server_id
         seq = 0
         for offset, event in records:
             etype = event[4]
@@ -508,32 +528,31 @@ class ChangeDecoder:
                     raise ChangeDecodeError(f"{file}:{offset}: rows event for table id {table_id} "
                                             "without a TABLE_MAP event in its group")
                 try:
-                    rows_ev = parse_rows_event(etype, body, tm, phl[etype - 1] if etype <= len(phl) else 10)
+                    h = _rows_header(etype, bytes(body), tm, phl[etype - 1] if etype <= len(phl) else 10)
+                    rows = _all_rows(h, tm)
                 except RowDecodeError as e:
                     raise ChangeDecodeError(f"{file}:{offset}: {e}") from e
-                server_id = int.from_bytes(event[5:9], "little")
-                kind = rows_ev.kind
-                emit = wanted[table_id]
-                database, table = tm.database, tm.table
-                if emit:
+                kind = h.kind
+                if wanted[table_id]:
+                    database, table = tm.database, tm.table
                     if kind == "insert":
-                        for row in rows_ev.rows:
+                        for row in rows:
                             yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
                                          seq, None, row, annotate, txn_pos, tm)
                             seq += 1
                     elif kind == "update":
-                        for before, after in rows_ev.rows:
+                        for before, after in rows:
                             yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
                                          seq, before, after, annotate, txn_pos, tm)
                             seq += 1
                     else:
-                        for row in rows_ev.rows:
+                        for row in rows:
                             yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
                                          seq, row, None, annotate, txn_pos, tm)
                             seq += 1
                 else:
-                    seq += len(rows_ev.rows)
-                if rows_ev.stmt_end:
+                    seq += len(rows)
+                if h.flags & 1:  # STMT_END_F: the next statement brings its own annotation
                     annotate = None
             elif etype == ev.TABLE_MAP_EVENT:
                 try:
@@ -666,10 +685,10 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
                     raise ChangeDecodeError(f"{name}: the first event is not a FORMAT_DESCRIPTION event")
                 decoder.feed(4, fde)
                 break
-        feed = decoder.feed
+        feed, empty = decoder.feed, _EMPTY
         for offset, event in iter_events(stream, start, end):
             changes = feed(offset, event)
-            if changes is not _EMPTY:
+            if changes is not empty:
                 yield from changes
     finally:
         decoder.close()

@@ -64,13 +64,17 @@ class OutboundStream:
         zero_created = resumed or bool(self.options.gtid_skip_through)
         return [rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
 
+    def sends_everything(self) -> bool:
+        """No stored event can be left out (mariadb-binlog, CDC tools): no per-event work."""
+        options = self.options
+        return (options.replica_server_id is None and not options.ignore_server_ids
+                and options.send_annotate_rows and not options.gtid_skip_through and self._skipping is None)
+
     def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
         self.position = end
-        options = self.options
-        if (options.replica_server_id is None and not options.ignore_server_ids and options.send_annotate_rows
-                and not options.gtid_skip_through and self._skipping is None):
-            return events  # nothing to leave out (mariadb-binlog, CDC tools): no per-event work
+        if self.sends_everything():
+            return events
         out = []
         append = out.append
         ignored = self.options.ignore_server_ids

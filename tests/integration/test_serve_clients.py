@@ -14,7 +14,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
 from tests.support.relay import IN_USE_FLAG_OFFSET, wait_for_mirror
-from tests.support.replication import FIRST_FILE, mixed_workload, relay_factory  # noqa: F401 - a fixture
+from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+    FIRST_FILE,
+    mixed_workload,
+    relay_factory,
+    wait_binlog_settled,
+)
 
 
 def _binlog_command(port: int, result_dir: Path, *options: str) -> list[str]:
@@ -89,7 +94,8 @@ def test_mariadb_binlog_to_last_log_ends_by_itself(mariadb_factory, relay_factor
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=16384"])
     relay = relay_factory("relay", primary.port)
     mixed_workload(primary, batches=6)
-    wait_for_mirror(primary, relay)  # the relay has everything the primary wrote
+    wait_binlog_settled(primary)  # the primary is done writing ...
+    wait_for_mirror(primary, relay)  # ... and the relay has everything it wrote
     result_dir = tmp_path / "once"
     result_dir.mkdir()
     once = subprocess.run(_binlog_command(relay.port, result_dir, "--to-last-log"), capture_output=True,
@@ -158,6 +164,7 @@ def test_mysql_replication_reader_sees_what_the_primary_sends(mariadb_factory, r
     assert primary.sql("SELECT @@GLOBAL.binlog_checksum")[0][0] == checksum
     relay = relay_factory("relay", primary.port)
     _typed_workload(primary)
+    wait_binlog_settled(primary)  # (else the direct and the relayed read may differ by a late checkpoint)
     wait_for_mirror(primary, relay)
     conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD)
     try:

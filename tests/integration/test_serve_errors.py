@@ -189,7 +189,8 @@ def _dump_refusal(port: int, file: str, position: int, connect_state: str | None
             client.query(f"SET @slave_connect_state = '{connect_state}'")
         client.start_dump(file, position, server_id=77)
         reply = client.dump_reply()
-    assert isinstance(reply, ServerError), f"dump of {file}:{position} ({connect_state}) was not refused: {reply[:40]!r}"
+    assert isinstance(reply, ServerError), \
+        f"dump of {file}:{position} ({connect_state}) was not refused: {reply[:40]!r}"
     assert reply.code == ER_MASTER_FATAL_ERROR_READING_BINLOG, reply
     return reply
 
@@ -200,9 +201,11 @@ def test_impossible_dumps_get_1236(mariadb_factory, relay_factory):
     file, end = served.primary.master_status()
     assert file == FIRST_FILE
 
-    _dump_refusal(port, "mysql-bin.000099", 4)
+    missing = _dump_refusal(port, "mysql-bin.000099", 4)
+    assert "Could not find first log file name" in missing.message, missing
     served.still_replicates("after a dump of a missing file")
-    _dump_refusal(port, file, end + 1000)
+    past_end = _dump_refusal(port, file, end + 1000)
+    assert "impossible position" in past_end.message, past_end
     served.still_replicates("after a dump past the end")
     # inside a row event: the start of the last event of the primary's file, plus 10 bytes
     starts, offset = [], 4
@@ -220,6 +223,14 @@ def test_impossible_dumps_get_1236(mariadb_factory, relay_factory):
         client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
         client.start_dump(file, served.primary.master_status()[1], server_id=77, flags=0x01)
         assert client.read_dump()  # a fake ROTATE and the FDE, then EOF
+    # a real replica asking for a missing file stops its IO thread with the relay's 1236
+    lost = mariadb_factory(server_id=5)
+    attach_replica(lost, port, log_file="mysql-bin.000099", log_pos=4)
+    status = wait_for(lambda: (s := lost.slave_status())["Slave_IO_Running"] == "No" and s, 30,
+                      "a replica asking for a missing file kept trying")
+    assert int(status["Last_IO_Errno"]) == ER_MASTER_FATAL_ERROR_READING_BINLOG, status["Last_IO_Error"]
+    assert "Could not find first log file name" in status["Last_IO_Error"], status["Last_IO_Error"]
+    served.still_replicates("after a replica asking for a missing file")
     served.finish()
 
 
@@ -287,16 +298,19 @@ def test_malformed_packets_get_an_error(mariadb_factory, relay_factory):
             # the session survives an ERR like a primary's does
             assert client.query("SELECT 1").rows == (("1",),)
         served.still_replicates(f"after {payload[:4]!r}")
-    # bytes that are not even packets: the relay may hang up, but it stays up and serves the rest
+    # a packet out of sequence (seq 7 where a command has 0): the relay hangs up, as a primary does
+    # ("Got packets out of order"), possibly after an ERR, and stays up for everyone else
     with RawClient(served.relay.port) as client:
-        client.send_raw(os.urandom(3) + b"\x07" + os.urandom(200))
+        client.send_raw(b"\x05\x00\x00\x07" + os.urandom(5))
         client.sock.settimeout(5)
+        received = b""
         try:
-            while client.recv_raw():
-                pass
-        except (ConnectionError, TimeoutError):
+            while chunk := client.recv_raw():
+                received += chunk
+        except ConnectionResetError:
             pass
-    served.still_replicates("after raw garbage")
+        assert received == b"" or is_err(received[4:]), received
+    served.still_replicates("after a packet out of sequence")
     served.finish()
 
 

@@ -118,8 +118,10 @@ class _Stopped(Exception):
 
 
 def wait_caught_up(primary: MariaDB, replica: MariaDB, timeout: float = 60.0) -> dict[str, Any]:
-    """wait_replica_at the primary's SHOW MASTER STATUS, read again at every poll (a MariaDB primary
-    writes a BINLOG_CHECKPOINT event on its own shortly after a rotation)."""
+    """wait_replica_at the primary's SHOW MASTER STATUS, once the primary's binlog has settled (a MariaDB
+    primary writes a BINLOG_CHECKPOINT event on its own some time after a rotation, so its position
+    can move with no write from the test: callers compare it with the replica's afterwards)."""
+    wait_binlog_settled(primary, timeout)
     return wait_replica_at(replica, primary.master_status, timeout)
 
 
@@ -138,10 +140,10 @@ def assert_healthy(replica: MariaDB) -> dict[str, Any]:
 
 
 def user_tables(server: MariaDB) -> list[str]:
+    system = ", ".join(f"'{schema}'" for schema in SYSTEM_SCHEMAS)
     rows = server.sql(
         "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
-        " AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')"
-        " ORDER BY TABLE_SCHEMA, TABLE_NAME")
+        f" AND TABLE_SCHEMA NOT IN ({system}) ORDER BY TABLE_SCHEMA, TABLE_NAME")
     return [f"`{schema}`.`{table}`" for schema, table in rows]
 
 
@@ -286,6 +288,26 @@ def stored_events(data_dir: Path) -> list[Event]:
     return [event for name in names for event in binlog_events(data_dir / name)]
 
 
+BINLOG_CHECKPOINT_EVENT = 161
+
+
+def binlog_settled(server: MariaDB) -> bool:
+    """True once the server's active binlog has its own BINLOG_CHECKPOINT. MariaDB writes that event by
+    itself, some time after a rotation; until then its binlog may still grow with no write from a test."""
+    name, _ = server.master_status()
+    checkpoints = [event for event in binlog_events(server.binlog_path(name))
+                   if event.type == BINLOG_CHECKPOINT_EVENT]
+    if not checkpoints:
+        return False
+    body = checkpoints[-1].data[HEADER_LEN:]
+    length = struct.unpack_from("<I", body)[0]
+    return body[4:4 + length].decode() == name
+
+
+def wait_binlog_settled(server: MariaDB, timeout: float = 30.0) -> None:
+    wait_for(lambda: binlog_settled(server), timeout, f"server_id {server.server_id}: no binlog checkpoint")
+
+
 def gtid_origins(events: list[Event]) -> list[int]:
     """The server_id of every MariaDB GTID event (one per event group)."""
     return [event.server_id for event in events if event.type == GTID_EVENT]
@@ -405,7 +427,7 @@ def dump_events(port: int, file: str, position: int, server_id: int, *, register
 
 __all__ = [
     "Event", "FIRST_FILE", "GTID_EVENT", "RawClient", "ServerError", "WriteLoad", "assert_healthy",
-    "assert_same_data", "attach_replica", "binlog_events", "dump_events", "gtid_origins", "mixed_workload",
-    "relay_factory", "replica_position", "split_events", "stored_events", "table_checksums", "user_tables",
-    "wait_caught_up", "wait_replica_at",
+    "assert_same_data", "attach_replica", "binlog_events", "binlog_settled", "dump_events", "gtid_origins",
+    "mixed_workload", "relay_factory", "replica_position", "split_events", "stored_events", "table_checksums",
+    "user_tables", "wait_binlog_settled", "wait_caught_up", "wait_replica_at",
 ]

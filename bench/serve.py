@@ -1,0 +1,764 @@
+"""Serve benchmark: ``mariadb-binlog --read-from-remote-server --raw`` downloading a whole
+binlog from the relay, side by side with the same download from the primary, and many
+such downloads from each at once.
+
+    python3 -m bench.serve [--reuse] [--keep] [--json results.json] [--clients 20] ...
+
+One run on one primary: the sandbox MariaDB of the ingest benchmark (bench/common.py,
+``--reuse`` shares it), whose binlog holds at least ``--min-mb`` MiB.  The relay runs as
+the real program (``python3 -m relay.cli run``) replicating from it and first stores the
+whole binlog (not measured; its copy is checked byte for byte).  Then:
+
+1. ``--rounds`` times, alternating: one download from the relay, one from the primary.
+2. ``--concurrent-rounds`` times: ``--clients`` downloads started together from the relay,
+   then the same from the primary (``--no-primary-concurrent`` skips the latter).
+
+Every download goes into a fresh empty directory and is checked byte for byte against the
+primary's files.  Times are whole mariadb-binlog processes (spawn to exit; for concurrent
+downloads, from the first spawn to the last exit).  The relay's peak RSS is its VmHWM,
+reset (``/proc/PID/clear_refs``) before each run; its CPU time is read from /proc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .common import (
+    MIB,
+    REPL_PASSWORD,
+    REPL_USER,
+    REPO_ROOT,
+    BenchError,
+    BinlogFile,
+    Sandbox,
+    check_copy,
+    fresh_dir,
+    log,
+    machine_info,
+    median,
+    mib,
+    primary_binlogs,
+    require_programs,
+    run_measured,
+    settle,
+    table,
+    vm_hwm_kib,
+)
+from .ingest import EVENT_CACHE, finish_primary, prepare_primary
+
+MARIADB_BINLOG = "mariadb-binlog"
+RELAY_SERVER_ID = 1001
+GOAL_RATIO = 1.0
+RELAY = "relay"
+PRIMARY = "primary"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ================================================================ small /proc helpers
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a running process (all its threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
+
+
+def vm_rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so the next peak is of what follows."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear:
+            clear.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def dirty_mib() -> float:
+    """Dirty + Writeback page cache (MiB): how much of the downloads the disk still owes."""
+    total = 0
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith(("Dirty:", "Writeback:")):
+                total += int(line.split()[1])
+    return total / 1024
+
+
+def git_commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "relay"],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{' + uncommitted changes in relay/' if dirty else ''}" if head else "unknown"
+
+
+# ================================================================ the relay process
+
+
+class RelayProcess:
+    """``python3 -m relay.cli run`` replicating from the sandbox primary, serving on loopback."""
+
+    def __init__(self, workdir: Path, upstream_port: int, listen_port: int, metrics_port: int,
+                 log_level: str) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "relay-data"
+        self.config_path = workdir / "relay.yaml"
+        self.log_path = workdir / "relay.log"
+        self.listen_port = listen_port or free_port()
+        self.metrics_port = metrics_port or free_port()
+        self.config = {
+            "server_id": RELAY_SERVER_ID,
+            "data_dir": str(self.data_dir),
+            "upstream": {"host": "127.0.0.1", "port": upstream_port, "user": REPL_USER,
+                         "password": REPL_PASSWORD},
+            "listen": {"host": "127.0.0.1", "port": self.listen_port},
+            "users": [{"name": REPL_USER, "password": REPL_PASSWORD}],
+            "metrics": {"enabled": True, "host": "127.0.0.1", "port": self.metrics_port},
+            "storage": {"sync": "none", "retention": {"max_size": None, "max_age": None}},
+            "logging": {"level": log_level},
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        fresh_dir(self.data_dir)
+        # JSON is YAML: the parent stays stdlib-only.
+        self.config_path.write_text(json.dumps(self.config, indent=2) + "\n")
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1",
+               "PYTHONPATH": f"{REPO_ROOT}{os.pathsep + path if path else ''}"}
+        with open(self.log_path, "wb") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "relay.cli", "run", "--config",
+                                          str(self.config_path)], cwd=REPO_ROOT, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not (self._listening(self.listen_port) and self._listening(self.metrics_port)):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"the relay did not start listening within 30 s\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _listening(port: int) -> bool:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            raise BenchError(f"the relay exited (status {self.proc.returncode if self.proc else '?'})\n"
+                             f"{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "relay log (tail):\n" + "\n".join(text.splitlines()[-lines:])
+
+    def metrics(self) -> dict[str, float]:
+        """The unlabelled samples of /metrics, by name."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, _, value = line.partition(" ")
+                try:
+                    values[name] = float(value.split()[0])
+                except (ValueError, IndexError):
+                    pass
+        return values
+
+    def wait_stored(self, files: list[BinlogFile], timeout: float, poll: float = 0.05) -> float:
+        """Wait until the relay's committed end is the primary's end and its data_dir holds the
+        primary's files at their sizes; returns the seconds since the relay was started."""
+        last = files[-1]
+        target = (float(int(last.name.rsplit(".", 1)[1])), float(last.size))
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            self.check_alive()
+            values = self.metrics()
+            committed = (values.get("binlog_relay_committed_file_number"),
+                         values.get("binlog_relay_committed_position_bytes"))
+            if committed == target and all(self._stored_size(f.name) == f.size for f in files):
+                return time.monotonic() - started
+            if time.monotonic() > deadline:
+                raise BenchError(f"the relay did not store the primary's binlog within {timeout:.0f} s "
+                                 f"(committed {committed}, want {target})\n{self.log_tail()}")
+            time.sleep(poll)
+
+    def _stored_size(self, name: str) -> int:
+        try:
+            return (self.data_dir / name).stat().st_size
+        except OSError:
+            return -1
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                log("the relay did not stop within 30 s of SIGTERM; killing it")
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+# ================================================================ downloads
+
+
+def download_argv(port: int, out_dir: Path, first_file: str) -> list[str]:
+    return [MARIADB_BINLOG, "--no-defaults", "--read-from-remote-server", "--raw", "--host=127.0.0.1",
+            f"--port={port}", f"--user={REPL_USER}", f"--password={REPL_PASSWORD}",
+            f"--result-file={out_dir}/", "--to-last-log", first_file]
+
+
+@dataclass
+class Client:
+    """One mariadb-binlog of a concurrent run."""
+
+    proc: subprocess.Popen[bytes]
+    out_dir: Path
+    log_path: Path
+    finished: float = 0.0
+    returncode: int | None = None
+    user_s: float = 0.0
+    sys_s: float = 0.0
+
+
+class Servers:
+    """The two sources, and what is measured of their processes during a run."""
+
+    def __init__(self, relay: RelayProcess, sandbox: Sandbox) -> None:
+        self.relay = relay
+        self.sandbox = sandbox
+
+    def port(self, source: str) -> int:
+        return self.relay.listen_port if source == RELAY else self.sandbox.port
+
+    def pid(self, source: str) -> int:
+        if source == RELAY:
+            return self.relay.pid
+        return int((self.sandbox.dir / "mysqld.pid").read_text().strip())
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, files: list[BinlogFile], servers: Servers) -> None:
+        self.args = args
+        self.files = files
+        self.servers = servers
+        self.total_bytes = sum(f.size for f in files)
+        self.total_events = sum(f.events for f in files)
+        self.downloads = Path(args.workdir) / "downloads"
+
+    # ------------------------------------------------------------ one download
+
+    def single(self, source: str) -> dict[str, Any]:
+        out_dir = fresh_dir(self.downloads / source)
+        settle()
+        server_pid = self.servers.pid(source)
+        self.servers.relay.check_alive()
+        reset_peak_rss(self.servers.relay.pid)
+        cpu_before = cpu_seconds(server_pid)
+        run = run_measured(download_argv(self.servers.port(source), out_dir, self.files[0].name),
+                           timeout=self.args.timeout, rss_poll=0.05)
+        server_cpu = cpu_seconds(server_pid) - cpu_before
+        if problem := run.failed():
+            raise BenchError(f"mariadb-binlog from the {source} failed: {problem}")
+        check_copy(self.files, out_dir)
+        shutil.rmtree(out_dir)
+        return {
+            "source": source,
+            "seconds": run.wall_s,
+            "mib_per_s": mib(self.total_bytes) / run.wall_s,
+            "events_per_s": self.total_events / run.wall_s,
+            "client_cpu_user_s": run.user_s,
+            "client_cpu_sys_s": run.sys_s,
+            "client_peak_rss_mib": run.peak_rss_kib / 1024,
+            "server_cpu_s": server_cpu,
+            "relay_peak_rss_mib": vm_hwm_kib(self.servers.relay.pid) / 1024 if source == RELAY else None,
+            "verified": True,
+        }
+
+    # ------------------------------------------------------------ many at once
+
+    def concurrent(self, source: str, clients: int, verify: bool = True) -> dict[str, Any]:
+        base = fresh_dir(self.downloads / f"{source}-concurrent")
+        dirs = [base / f"client-{n:02d}" for n in range(1, clients + 1)]
+        for d in dirs:
+            d.mkdir()
+        settle()
+        server_pid = self.servers.pid(source)
+        self.servers.relay.check_alive()
+        reset_peak_rss(self.servers.relay.pid)
+        cpu_before = cpu_seconds(server_pid)
+        port = self.servers.port(source)
+        running: list[Client] = []
+        dirty = [dirty_mib()]
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(0.1):
+                dirty.append(dirty_mib())
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        started = time.perf_counter()
+        try:
+            for d in dirs:
+                log_path = d.parent / f"{d.name}.log"
+                with open(log_path, "wb") as out:
+                    proc = subprocess.Popen(download_argv(port, d, self.files[0].name), stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=subprocess.STDOUT)
+                running.append(Client(proc, d, log_path))
+            spawned = time.perf_counter() - started
+            sampler.start()
+            waiters = [threading.Thread(target=_reap, args=(c,), daemon=True) for c in running]
+            for w in waiters:
+                w.start()
+            deadline = started + self.args.timeout
+            for w in waiters:
+                w.join(max(0.0, deadline - time.perf_counter()))
+            timed_out = [c for c in running if c.returncode is None]
+        finally:
+            for c in running:
+                if c.returncode is None and c.proc.poll() is None:
+                    c.proc.kill()
+            sampling.set()
+        server_cpu = cpu_seconds(server_pid) - cpu_before
+        relay_peak = vm_hwm_kib(self.servers.relay.pid) / 1024 if source == RELAY else None
+        if timed_out:
+            raise BenchError(f"{len(timed_out)} of {clients} downloads from the {source} took longer than "
+                             f"--timeout {self.args.timeout:.0f} s")
+        failed = [c for c in running if c.returncode != 0]
+        if failed:
+            tail = failed[0].log_path.read_text(errors="replace")[-1500:]
+            raise BenchError(f"{len(failed)} of {clients} downloads from the {source} failed; the first "
+                             f"(exit {failed[0].returncode}):\n{tail}")
+        wall = max(c.finished for c in running) - started
+        durations = sorted(c.finished - started for c in running)
+        if verify:
+            log(f"  checking the {clients} copies byte for byte")
+            for c in running:
+                check_copy(self.files, c.out_dir)
+        shutil.rmtree(base)
+        return {
+            "source": source,
+            "clients": clients,
+            "seconds": wall,
+            "spawn_s": spawned,
+            "first_done_s": durations[0],
+            "median_client_s": median(durations),
+            "aggregate_mib_per_s": clients * mib(self.total_bytes) / wall,
+            "per_client_mib_per_s": mib(self.total_bytes) / median(durations),
+            "clients_cpu_user_s": sum(c.user_s for c in running),
+            "clients_cpu_sys_s": sum(c.sys_s for c in running),
+            "server_cpu_s": server_cpu,
+            "relay_peak_rss_mib": relay_peak,
+            "max_dirty_writeback_mib": max(dirty),
+            "verified": verify,
+        }
+
+    def clean(self) -> None:
+        shutil.rmtree(self.downloads, ignore_errors=True)
+
+
+def _reap(client: Client) -> None:
+    _, status, usage = os.wait4(client.proc.pid, 0)
+    client.finished = time.perf_counter()
+    client.returncode = os.waitstatus_to_exitcode(status)
+    client.proc.returncode = client.returncode  # reaped here, not by Popen
+    client.user_s, client.sys_s = usage.ru_utime, usage.ru_stime
+
+
+# ================================================================ profiling
+
+
+def profile_relay(args: argparse.Namespace, runner: Runner) -> dict[str, Any]:
+    """One more (untimed) run of ``--profile-clients`` downloads from the relay while py-spy
+    samples the relay process; returns its hot spots."""
+    if not shutil.which("py-spy"):
+        raise BenchError("py-spy not found: pip install py-spy")
+    out = Path(args.profile_out or Path(args.workdir) / "serve-profile.speedscope.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pid = runner.servers.relay.pid
+    argv = ["py-spy", "record", "--pid", str(pid), "--rate", str(args.profile_rate), "--format", "speedscope",
+            "-o", str(out)]
+    log(f"profiling the relay (pid {pid}) serving {args.profile_clients} download(s) with py-spy -> {out}")
+    spy_log = Path(args.workdir) / "py-spy.log"
+    with open(spy_log, "wb") as spy_out:
+        spy = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=spy_out, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(1.0)  # py-spy attaches
+        if spy.poll() is not None:
+            raise BenchError(f"py-spy exited at once:\n{spy_log.read_text(errors='replace')[-1500:]}")
+        if args.profile_clients == 1:
+            record = runner.single(RELAY)
+        else:
+            record = runner.concurrent(RELAY, args.profile_clients)
+    finally:
+        if spy.poll() is None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+        try:
+            spy.wait(60)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(10)
+    if not out.exists():
+        raise BenchError(f"py-spy wrote no profile:\n{spy_log.read_text(errors='replace')[-1500:]}")
+    return {"tool": "py-spy", "rate": args.profile_rate, "clients": args.profile_clients, "file": str(out),
+            "seconds": record["seconds"], "relay_cpu_s": record["server_cpu_s"],
+            "summary": summarize_speedscope(out)}
+
+
+def summarize_speedscope(path: Path, top: int = 20) -> str:
+    """Hot spots of a py-spy profile, per function (self and inclusive) and per line (self), as %
+    of all samples.  Sampled without --idle: a sample counts when the relay's thread is not
+    waiting in a system call (epoll), i.e. running or ready to run (on a busy machine, a thread
+    waiting for a CPU is sampled too)."""
+    data = json.loads(path.read_text())
+    frames = data["shared"]["frames"]
+
+    def where(i: int) -> str:
+        return "/".join(Path(frames[i].get("file") or "?").parts[-3:])
+
+    func = [f"{f['name']} ({where(i)})" for i, f in enumerate(frames)]
+    line = [f"{f['name']} ({where(i)}:{f.get('line', '?')})" for i, f in enumerate(frames)]
+    self_fn: dict[str, float] = {}
+    total_fn: dict[str, float] = {}
+    self_line: dict[str, float] = {}
+    grand = 0.0
+    samples = 0
+    for prof in data["profiles"]:
+        samples += len(prof["samples"])
+        for stack, weight in zip(prof["samples"], prof["weights"]):
+            grand += weight
+            if not stack:
+                continue
+            self_fn[func[stack[-1]]] = self_fn.get(func[stack[-1]], 0) + weight
+            self_line[line[stack[-1]]] = self_line.get(line[stack[-1]], 0) + weight
+            for name in {func[i] for i in stack}:
+                total_fn[name] = total_fn.get(name, 0) + weight
+    if not grand:
+        return "(no samples)"
+
+    def rows(weights: dict[str, float]) -> list[list[object]]:
+        best = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
+        return [[f"{100 * w / grand:5.1f}%", name] for name, w in best]
+
+    return (f"{samples} samples ({grand:.2f} s) of the relay not idle (running or runnable).\n"
+            "Self time per function (% of samples):\n"
+            + table(["self", "function"], rows(self_fn))
+            + "\n\nInclusive time per function:\n" + table(["total", "function"], rows(total_fn))
+            + "\n\nSelf time per line:\n" + table(["self", "line"], rows(self_line)))
+
+
+# ================================================================ the benchmark
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    require_programs(MARIADB_BINLOG, "mariadbd", "mariadb")
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    sandbox: Sandbox | None = None
+    relay: RelayProcess | None = None
+    runner: Runner | None = None
+    try:
+        sandbox = prepare_primary(args)
+        target = sandbox.master_status()
+        log("counting the events of the primary's files")
+        files = primary_binlogs(sandbox, cache=sandbox.dir / EVENT_CACHE)
+        if (files[-1].name, files[-1].size) != target:
+            raise BenchError(f"SHOW MASTER STATUS {target} is not the end of the last binlog "
+                             f"{files[-1].name}:{files[-1].size}: is something writing to the primary?")
+        total = sum(f.size for f in files)
+        if total < args.min_mb * MIB:
+            raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
+
+        relay = RelayProcess(workdir, args.port, args.relay_port, args.metrics_port, args.relay_log_level)
+        log(f"starting the relay (storage.sync none) on 127.0.0.1:{relay.listen_port}, metrics on "
+            f":{relay.metrics_port}; it stores the whole binlog first (not measured)")
+        relay.start()
+        ingest_s = relay.wait_stored(files, args.timeout)
+        check_copy(files, relay.data_dir)  # also brings both copies into the page cache
+        ingest_peak = vm_hwm_kib(relay.pid) / 1024
+        idle_rss = vm_rss_kib(relay.pid) / 1024
+        log(f"the relay stored {mib(total):.1f} MiB in {ingest_s:.1f} s (checked byte for byte); "
+            f"RSS {idle_rss:.0f} MiB, peak so far {ingest_peak:.0f} MiB")
+        if not reset_peak_rss(relay.pid):
+            log("warning: cannot reset the relay's VmHWM (/proc/PID/clear_refs); its peak RSS includes the ingest")
+
+        servers = Servers(relay, sandbox)
+        runner = Runner(args, files, servers)
+        info = {
+            "primary": {"version": sandbox.version(), "host": "127.0.0.1", "port": args.port,
+                        "binlog_checksum": sandbox.sql("SELECT @@binlog_checksum")[0][0]},
+            "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
+                       "bytes": total, "mib": mib(total), "events": runner.total_events},
+            "relay": {"commit": git_commit(), "port": relay.listen_port, "pid": relay.pid,
+                      "config": {k: v for k, v in relay.config.items() if k not in ("users", "upstream")},
+                      "ingest_s": ingest_s, "ingest_peak_rss_mib": ingest_peak, "idle_rss_mib": idle_rss},
+            "machine": machine_info(),
+            "workdir": str(workdir),
+            "rounds": args.rounds,
+            "clients": args.clients,
+            "concurrent_rounds": args.concurrent_rounds,
+        }
+        log(f"binlog: {len(files)} files, {mib(total):.1f} MiB, {runner.total_events:,} events; "
+            f"MariaDB {info['primary']['version']}; relay at {info['relay']['commit']}")
+
+        single: list[dict[str, Any]] = []
+        for round_no in range(1, args.rounds + 1):
+            for source in (RELAY, PRIMARY):
+                log(f"round {round_no}/{args.rounds}: one download from the {source}")
+                load = os.getloadavg()[0]
+                record = runner.single(source)
+                record.update(round=round_no, loadavg_1m_before=load)
+                single.append(record)
+                rss = f", relay peak RSS {record['relay_peak_rss_mib']:.0f} MiB" if source == RELAY else ""
+                log(f"  {record['seconds']:.2f} s, {record['mib_per_s']:.1f} MiB/s, server CPU "
+                    f"{record['server_cpu_s']:.2f} s{rss} (verified)")
+
+        concurrent: list[dict[str, Any]] = []
+        sources = (RELAY,) if args.no_primary_concurrent else (RELAY, PRIMARY)
+        for round_no in range(1, args.concurrent_rounds + 1):
+            for source in sources:
+                log(f"concurrent {round_no}/{args.concurrent_rounds}: {args.clients} downloads at once "
+                    f"from the {source}")
+                load = os.getloadavg()[0]
+                record = runner.concurrent(source, args.clients)
+                record.update(round=round_no, loadavg_1m_before=load)
+                concurrent.append(record)
+                rss = f", relay peak RSS {record['relay_peak_rss_mib']:.0f} MiB" if source == RELAY else ""
+                log(f"  {record['seconds']:.2f} s, aggregate {record['aggregate_mib_per_s']:.1f} MiB/s, "
+                    f"server CPU {record['server_cpu_s']:.2f} s{rss} (verified)")
+
+        after = sandbox.master_status()
+        if after != target:
+            raise BenchError(f"the primary was written to during the benchmark: {target} -> {after}")
+        results = {**info, "single": single, "concurrent": concurrent,
+                   "summary": summarize(single, concurrent)}
+        if args.profile:
+            results["profile"] = profile_relay(args, runner)
+        results["relay"]["exit_rss_mib"] = vm_rss_kib(relay.pid) / 1024
+        return results
+    finally:
+        if runner is not None:
+            runner.clean()
+        if relay is not None:
+            status = relay.stop()
+            if status not in (0, None):
+                log(f"the relay exited with status {status}\n{relay.log_tail()}")
+            shutil.rmtree(relay.data_dir, ignore_errors=True)
+        finish_primary(args, sandbox)
+        if sandbox is not None and args.destroy and not args.keep:
+            log(f"--destroy: removing {sandbox.dir}")
+            sandbox.destroy()
+
+
+def summarize(single: list[dict[str, Any]], concurrent: list[dict[str, Any]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"single": {}, "concurrent": {}}
+    for source in (RELAY, PRIMARY):
+        mine = [r for r in single if r["source"] == source]
+        summary["single"][source] = {
+            "runs": len(mine),
+            "median_seconds": median(r["seconds"] for r in mine),
+            "median_mib_per_s": median(r["mib_per_s"] for r in mine),
+            "median_events_per_s": median(r["events_per_s"] for r in mine),
+            "median_client_cpu_s": median(r["client_cpu_user_s"] + r["client_cpu_sys_s"] for r in mine),
+            "median_server_cpu_s": median(r["server_cpu_s"] for r in mine),
+            "max_relay_peak_rss_mib": max((r["relay_peak_rss_mib"] or 0 for r in mine), default=0) or None,
+        }
+        many = [r for r in concurrent if r["source"] == source]
+        if many:
+            summary["concurrent"][source] = {
+                "runs": len(many),
+                "clients": many[0]["clients"],
+                "median_seconds": median(r["seconds"] for r in many),
+                "median_aggregate_mib_per_s": median(r["aggregate_mib_per_s"] for r in many),
+                "median_server_cpu_s": median(r["server_cpu_s"] for r in many),
+                "max_relay_peak_rss_mib": max((r["relay_peak_rss_mib"] or 0 for r in many), default=0) or None,
+            }
+    relay, primary = summary["single"][RELAY], summary["single"][PRIMARY]
+    relay["ratio"] = relay["median_mib_per_s"] / primary["median_mib_per_s"]
+    if PRIMARY in summary["concurrent"] and RELAY in summary["concurrent"]:
+        c_relay, c_primary = summary["concurrent"][RELAY], summary["concurrent"][PRIMARY]
+        c_relay["ratio"] = c_relay["median_aggregate_mib_per_s"] / c_primary["median_aggregate_mib_per_s"]
+    summary["headline"] = {"ratio": relay["ratio"], "goal": GOAL_RATIO, "goal_met": relay["ratio"] >= GOAL_RATIO}
+    return summary
+
+
+def _rss(value: float | None) -> str:
+    return f"{value:.0f}" if value else "-"
+
+
+def report(results: dict[str, Any]) -> str:
+    binlog, primary, relay = results["binlog"], results["primary"], results["relay"]
+    lines = [
+        f"Serve benchmark: mariadb-binlog --raw --to-last-log from the relay ({relay['commit']}) and from "
+        f"MariaDB {primary['version']}; binlog of {len(binlog['files'])} files, {binlog['mib']:.1f} MiB "
+        f"({binlog['bytes']:,} bytes), {binlog['events']:,} events, checksum {primary['binlog_checksum']}; "
+        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start",
+        f"Relay: stored the binlog in {relay['ingest_s']:.1f} s before the runs (not measured), peak RSS "
+        f"{relay['ingest_peak_rss_mib']:.0f} MiB then, {relay['idle_rss_mib']:.0f} MiB idle",
+        "",
+        "Single downloads (alternating; every copy checked byte for byte against the primary's files):",
+        table(["round", "source", "seconds", "MiB/s", "M events/s", "client CPU usr+sys s", "server CPU s",
+               "relay peak RSS MiB", "load"],
+              [[r["round"], r["source"], f"{r['seconds']:.2f}", f"{r['mib_per_s']:.1f}",
+                f"{r['events_per_s'] / 1e6:.3f}", f"{r['client_cpu_user_s']:.2f}+{r['client_cpu_sys_s']:.2f}",
+                f"{r['server_cpu_s']:.2f}", _rss(r["relay_peak_rss_mib"]), f"{r['loadavg_1m_before']:.2f}"]
+               for r in results["single"]]),
+    ]
+    if results["concurrent"]:
+        lines += ["", "Concurrent downloads (all started together; aggregate = clients x binlog / time to the "
+                  "last exit; every copy checked):",
+                  table(["round", "source", "clients", "seconds", "aggregate MiB/s", "first done s",
+                         "median client s", "clients CPU s", "server CPU s", "relay peak RSS MiB",
+                         "max dirty MiB", "load"],
+                        [[r["round"], r["source"], r["clients"], f"{r['seconds']:.2f}",
+                          f"{r['aggregate_mib_per_s']:.1f}", f"{r['first_done_s']:.2f}",
+                          f"{r['median_client_s']:.2f}", f"{r['clients_cpu_user_s'] + r['clients_cpu_sys_s']:.2f}",
+                          f"{r['server_cpu_s']:.2f}", _rss(r["relay_peak_rss_mib"]),
+                          f"{r['max_dirty_writeback_mib']:.0f}", f"{r['loadavg_1m_before']:.2f}"]
+                         for r in results["concurrent"]])]
+    summary = results["summary"]
+    rows = []
+    for source, s in summary["single"].items():
+        rows.append([f"{source}, 1 download", s["runs"], f"{s['median_seconds']:.2f}", f"{s['median_mib_per_s']:.1f}",
+                     f"{s['median_server_cpu_s']:.2f}", _rss(s["max_relay_peak_rss_mib"]),
+                     f"{s['ratio']:.2f}" if "ratio" in s else "1.00 (ref)"])
+    reference = "1.00 (ref)" if len(summary["concurrent"]) > 1 else "-"
+    for source, s in summary["concurrent"].items():
+        rows.append([f"{source}, {s['clients']} at once", s["runs"], f"{s['median_seconds']:.2f}",
+                     f"{s['median_aggregate_mib_per_s']:.1f}", f"{s['median_server_cpu_s']:.2f}",
+                     _rss(s["max_relay_peak_rss_mib"]), f"{s['ratio']:.2f}" if "ratio" in s else reference])
+    lines += ["", "Medians (MiB/s: aggregate for concurrent runs; ratio = relay MiB/s / primary MiB/s):",
+              table(["", "runs", "seconds", "MiB/s", "server CPU s", "relay peak RSS MiB", "ratio"], rows)]
+    head = summary["headline"]
+    lines += ["", f"Headline: one download, relay / primary = {head['ratio']:.2f} "
+              f"(goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'})"]
+    if profile := results.get("profile"):
+        lines += ["", f"Profile of the relay serving {profile['clients']} more download(s) (py-spy, "
+                  f"{profile['rate']} Hz; {profile['seconds']:.2f} s under the profiler, relay CPU "
+                  f"{profile['relay_cpu_s']:.2f} s): {profile['file']}", profile["summary"]]
+    return "\n".join(lines)
+
+
+# ================================================================ command line
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python3 -m bench.serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
+                        "and keep its directory (server stopped) for the next one")
+    p.add_argument("--keep", action="store_true", help="leave the primary running at the end")
+    p.add_argument("--destroy", action="store_true",
+                   help="destroy the sandbox at the end even with --reuse (scripts/bench.sh all uses this "
+                        "to share one primary between the benchmarks)")
+    p.add_argument("--rounds", type=int, default=3, help="single downloads from each source, alternating")
+    p.add_argument("--clients", type=int, default=20, help="downloads at once in a concurrent run")
+    p.add_argument("--concurrent-rounds", type=int, default=1,
+                   help="concurrent runs from each source (0: none)")
+    p.add_argument("--no-primary-concurrent", action="store_true",
+                   help="concurrent runs from the relay only (no reference from the primary)")
+    p.add_argument("--size-mb", type=int, default=600, help="MiB of binlog to generate for a new primary")
+    p.add_argument("--min-mb", type=int, default=500, help="refuse to measure a smaller binlog (MiB)")
+    p.add_argument("--max-binlog-size", default="256M", help="the primary's max_binlog_size")
+    p.add_argument("--port", type=int, default=26306, help="the sandbox primary's port")
+    p.add_argument("--relay-port", type=int, default=0, help="the relay's listen port (0: a free one)")
+    p.add_argument("--metrics-port", type=int, default=0, help="the relay's metrics port (0: a free one)")
+    p.add_argument("--relay-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="the relay's logging.level (its log is WORKDIR/relay.log)")
+    p.add_argument("--name", default="benchp", help="the sandbox's name")
+    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
+                   help="SANDBOX_DIR of mariadb-sandbox.sh")
+    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/serve",
+                   help="the relay's data_dir, config and log, and the downloads (one fresh directory each; "
+                        "a concurrent run needs clients x binlog size of free space)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
+    p.add_argument("--profile", choices=["py-spy"],
+                   help="after the timed runs, profile the relay serving one more download and print the hot spots")
+    p.add_argument("--profile-out", metavar="PATH",
+                   help="where the speedscope profile goes (None: WORKDIR/serve-profile.speedscope.json)")
+    p.add_argument("--profile-clients", type=int, default=1, help="downloads at once in the profiled run")
+    p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if args.clients < 1 or args.concurrent_rounds < 0 or args.profile_clients < 1:
+        p.error("--clients and --profile-clients must be at least 1, --concurrent-rounds at least 0")
+    return args
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM: stop the relay and the primary on the way out, as for Ctrl-C
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        results = run_benchmark(args)
+    except BenchError as exc:
+        log(f"benchmark failed: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    print(report(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        log(f"results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
