@@ -17,7 +17,7 @@ One row per changed table row (and per DDL statement); columns in SCHEMA. Option
 
 Partitions: one per stored file, large files cut at group boundaries into ~splitBytes
 ranges. The executors must see the data_dir at the same path (local mode, or a shared
-file system) and must be able to import ``relay`` (see relay/pipeline/README.md).
+file system) and must be able to import ``relay`` (see the README, "Data pipeline").
 """
 
 from __future__ import annotations
