@@ -188,6 +188,7 @@ class DumpStream:
         # Hot state in locals; written back to self (and current.size) around every slow call.
         position = self.position
         fast = False  # the first event of a read opens the segment through the general path
+        append = segments.append  # placeholder: the segment's chunks.append once one is open
         crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
         last_timestamp = self.last_event_timestamp
         while pos + 4 <= size:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 
-import pytest
 
 from tests.support.mariadb import MariaDB, wait_for
 from tests.support.proxy import CuttableProxy
 from tests.support.relay import RelayProcess, mirror_differences, relay_config, wait_for_mirror
+from tests.support.replication import WriteLoad
 
 
 def _relay(tmp_path: Path, upstream_port: int, **overrides) -> RelayProcess:
@@ -60,45 +59,12 @@ def test_mixed_workload_is_mirrored_byte_for_byte(mariadb_factory, tmp_path):
     assert "Traceback" not in live.log_text()
 
 
-class _WriteLoad:
-    """Transactions of a few rows, one after another, until stopped."""
-
-    def __init__(self, primary: MariaDB) -> None:
-        self.primary = primary
-        self.commits = 0
-        self._stop = threading.Event()
-        primary.execute_many(["CREATE DATABASE IF NOT EXISTS loadtest",
-                              "CREATE TABLE IF NOT EXISTS loadtest.t (id INT PRIMARY KEY AUTO_INCREMENT,"
-                              " v VARCHAR(255), n INT)"])
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        conn = self.primary.connect()
-        with conn.cursor() as cur:
-            while not self._stop.is_set():
-                cur.execute("BEGIN")
-                for _ in range(3):
-                    cur.execute("INSERT INTO loadtest.t (v, n) VALUES (REPEAT('v', 200), 1)")
-                cur.execute("UPDATE loadtest.t SET n = n + 1 WHERE id = LAST_INSERT_ID()")
-                cur.execute("COMMIT")
-                self.commits += 1
-        conn.close()
-
-    def __enter__(self) -> _WriteLoad:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
 def test_kill_9_at_random_moments_loses_and_doubles_nothing(mariadb_factory, tmp_path):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
     relay = _relay(tmp_path, primary.port)
     rng = random.Random(20261122)
     try:
-        with _WriteLoad(primary) as load:
+        with WriteLoad(primary) as load:
             for _ in range(10):
                 time.sleep(rng.uniform(0.3, 1.2))  # a random moment to crash at, not a wait for a condition
                 relay.kill9()

@@ -15,9 +15,7 @@ a raw dump client built on the relay's own sans-IO ``ClientConnection`` (a dump 
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -26,10 +24,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.protocol.client import NEED_DATA, ClientConnection, Connected
-
 from .mariadb import MariaDB, wait_for
 from .relay import RelayProcess, relay_config
+from .replication import RawClient, WriteLoad  # noqa: F401 - WriteLoad is imported from here by tests
 
 PROMTOOL_HINT = "promtool is missing: install it with `apt-get install -y prometheus` (Debian ships promtool in it)"
 
@@ -158,121 +155,17 @@ def assert_replica_healthy(replica: MariaDB) -> None:
     assert int(status["Last_IO_Errno"]) == 0 and int(status["Last_SQL_Errno"]) == 0, _slave_summary(status)
 
 
-class WriteLoad:
-    """Small transactions (3 inserts and an update) committed one after another on the primary, in
-    a thread, until stop(). The table is ``loadtest.t``; every commit adds 3 rows."""
+class RawDump(RawClient):
+    """RawClient for dumps a MariaDB replica cannot be made to do (a consumer that stops
+    reading: give a small ``rcvbuf`` and never read)."""
 
-    def __init__(self, primary: MariaDB, schema: str = "loadtest") -> None:
-        self.primary = primary
-        self.schema = schema
-        self.commits = 0
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        primary.execute_many([f"CREATE DATABASE IF NOT EXISTS {schema}",
-                              f"CREATE TABLE IF NOT EXISTS {schema}.t (id INT PRIMARY KEY AUTO_INCREMENT,"
-                              " v VARCHAR(255), n INT)"])
-        self._thread = threading.Thread(target=self._run, name="write-load", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            conn = self.primary.connect()
-            try:
-                with conn.cursor() as cur:
-                    while not self._stop.is_set():
-                        cur.execute("BEGIN")
-                        for _ in range(3):
-                            cur.execute(f"INSERT INTO {self.schema}.t (v, n) VALUES (REPEAT('v', 200), 1)")
-                        cur.execute(f"UPDATE {self.schema}.t SET n = n + 1 WHERE id = LAST_INSERT_ID()")
-                        cur.execute("COMMIT")
-                        self.commits += 1
-            finally:
-                conn.close()
-        except BaseException as exc:  # noqa: BLE001 - reported by stop()
-            self.error = exc
-
-    def start(self) -> WriteLoad:
-        self._thread.start()
-        return self
-
-    def stop_quietly(self) -> None:
-        """For a finally: stop if running, raise nothing."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
-
-    def stop(self) -> int:
-        """Stop after the transaction in progress; the number of commits. Raises if the load failed."""
-        self._stop.set()
-        self._thread.join(30)
-        assert not self._thread.is_alive(), "the write load did not stop"
-        if self.error is not None:
-            raise AssertionError(f"the write load failed: {self.error!r}")
-        return self.commits
-
-
-class RawDump:
-    """A blocking-socket client of the relay, driven by the relay's own sans-IO ClientConnection:
-    logs in, runs queries, and sends COM_BINLOG_DUMP for dumps a MariaDB replica cannot be made to do
-    (a consumer that stops reading: give a small ``rcvbuf`` and never call ``packets``)."""
-
-    def __init__(self, port: int, user: str = "repl", password: str = "replpass", *, rcvbuf: int | None = None,
-                 timeout: float = 15.0) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:  # before connect, so the window the relay sees is small from the start
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(timeout)
-        self.sock.connect(("127.0.0.1", port))
-        self.conn = ClientConnection(user, password)
-        event = self._next_event()
-        assert isinstance(event, Connected), event
-
-    def _flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data:
-            self.sock.sendall(data)
-
-    def _receive(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise ConnectionError("the relay closed the connection")
-        self.conn.receive_data(data)
-
-    def _next_event(self) -> object:
-        while True:
-            event = self.conn.next_event()
-            self._flush()  # what handling the last packet queued (the handshake response, a command)
-            if event is not NEED_DATA:
-                return event
-            self._receive()
-
-    def query(self, sql: str) -> object:
-        """A ResultSet or OkPacket; an ERR raises relay.protocol.packets.ServerError."""
-        self.conn.query(sql)
-        return self._next_event()
-
-    def start_dump(self, file: str, position: int, server_id: int, *, checksum: bool = True,
-                   flags: int = 0) -> None:
+    def start_dump(self, file: str, position: int, server_id: int, flags: int = 0, *,  # type: ignore[override]
+                   checksum: bool = True) -> None:
         if checksum:
             self.query("SET @master_binlog_checksum = @@global.binlog_checksum")
-        self.conn.binlog_dump(file, position, server_id, flags)
-        self._flush()
+        super().start_dump(file, position, server_id, flags)
 
     def first_packet(self) -> bytes:
         """The first packet of the dump stream (an ERR packet starts with 0xFF)."""
-        while True:
-            packets = self.conn.read_binlog_packets()
-            if packets:
-                return bytes(packets[0])
-            self._receive()
+        return self.next_dump_packets()[0]
 
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self) -> RawDump:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -232,7 +232,14 @@ class WriteLoad:
         self._thread.start()
         return self
 
+    def stop_quietly(self) -> None:
+        """For a finally: stop if running, raise nothing."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
     def stop(self) -> int:
+        """Stop after the transaction in progress; the number of commits. Raises if the load failed."""
         self._stop.set()
         self._thread.join(30)
         assert not self._thread.is_alive(), "the write load did not stop"
