@@ -1,4 +1,4 @@
-"""The relay process: storage, the upstream task and (later) listeners in one trio nursery."""
+"""The relay process: storage, the upstream task, the replica listener and metrics in one trio nursery."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
 from .metrics import Metrics
+from .storage.files import DataDirError
 from .storage.relaylog import RelayLog
 from .storage.retention import RetentionKeeper, RetentionPolicy
 from .upstream import Upstream, UpstreamSettings
@@ -78,7 +79,10 @@ class Relay:
     async def _retention_timer(self) -> None:
         while True:
             await trio.sleep(RETENTION_CHECK_SECONDS)
-            self.retention.enforce(time.time())
+            try:
+                self.retention.enforce(time.time())
+            except (OSError, DataDirError) as exc:  # retried on the next round, never fatal
+                log.error("retention: purge failed: %s", exc)
 
     async def _sync_timer(self) -> None:
         # With sync: interval an idle upstream sends no more writes, so flush on a clock too.

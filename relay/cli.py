@@ -42,6 +42,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (DataDirError, FatalIngestError, StreamError) as err:
         logging.getLogger("relay").error("%s", err)
         return 1
+    except OSError as err:  # e.g. the listen or metrics port is taken, data_dir not writable
+        logging.getLogger("relay").error("cannot start: %s", err)
+        return 1
     return 0
 
 

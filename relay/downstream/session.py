@@ -177,17 +177,7 @@ class _Session:
             await self._refuse_dump(_same_id_message(server_id))
             return
         state = DumpState(server_id, self.peer, trio.CancelScope())
-        options = DumpOptions(
-            relay_server_id=self.context.relay_server_id,
-            # Only a registered replica is "the replica itself" for the loop filter: tools such as
-            # mariadb-binlog dump as server_id 1 by default, often the primary's own id.
-            replica_server_id=server_id if server_id == self.registered_server_id else None,
-            checksum_declared="master_binlog_checksum" in self.variables.values
-            or "source_binlog_checksum" in self.variables.values,
-            first_rotate_crc=str(self.variables.values.get("master_binlog_checksum",
-                                 self.variables.values.get("source_binlog_checksum", ""))).upper() == "CRC32",
-            ignore_server_ids=self.context.ignore_server_ids,
-            send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS))
+        options = self._dump_options(flags, server_id)
         connect_state = self.variables.values.get("slave_connect_state")
         if connect_state is not None and self.context.facts().is_mariadb:
             try:
@@ -198,8 +188,7 @@ class _Session:
             options.gtid_skip_through = plan.skip_through
             file, position = plan.file, 4
         blocking = not (flags & DUMP_FLAG_NON_BLOCK) and server_id != 0
-        self.conn.semi_sync = any(str(self.variables.values.get(name, 0)) not in ("0", "None")
-                                  for name in ("rpl_semi_sync_slave", "rpl_semi_sync_replica"))
+        self.conn.semi_sync = self._wants_semi_sync()
         registry = self.context.registry
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d", self.peer, server_id, file or "(first)", position)
@@ -215,6 +204,23 @@ class _Session:
             await self._refuse_dump(str(refusal))
         finally:
             registry.end_dump(state)
+
+    def _dump_options(self, flags: int, server_id: int) -> DumpOptions:
+        variables = self.variables.values
+        checksum = variables.get("master_binlog_checksum", variables.get("source_binlog_checksum"))
+        return DumpOptions(
+            relay_server_id=self.context.relay_server_id,
+            # Only a registered replica is "the replica itself" for the loop filter: tools such as
+            # mariadb-binlog dump as server_id 1 by default, often the primary's own id.
+            replica_server_id=server_id if server_id == self.registered_server_id else None,
+            checksum_declared="master_binlog_checksum" in variables or "source_binlog_checksum" in variables,
+            first_rotate_crc=str(checksum).upper() == "CRC32",
+            ignore_server_ids=self.context.ignore_server_ids,
+            send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS))
+
+    def _wants_semi_sync(self) -> bool:
+        return any(str(self.variables.values.get(name, 0)) not in ("0", "None")
+                   for name in ("rpl_semi_sync_slave", "rpl_semi_sync_replica"))
 
     async def _refuse_dump(self, message: str) -> None:
         log.warning("downstream %s: dump refused: %s", self.peer, message)

@@ -93,3 +93,21 @@ def test_hash_password_matches_mariadb(primary):
 def test_version():
     result = _cli("--version")
     assert result.stdout.strip() == f"binlog-relay {__version__}"
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    import socket
+
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        config = _with(["data_dir"], str(tmp_path / "data"))
+        config["listen"] = {"host": "127.0.0.1", "port": taken.getsockname()[1]}
+        config["metrics"] = {"enabled": False}
+        path = tmp_path / "relay.yaml"
+        path.write_text(yaml.safe_dump(config))
+        result = _cli("run", "--config", str(path))
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert "cannot start" in result.stderr and "in use" in result.stderr
+    assert "Traceback" not in result.stderr
