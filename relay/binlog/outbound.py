@@ -66,9 +66,14 @@ class OutboundStream:
 
     def sends_everything(self) -> bool:
         """No stored event can be left out (mariadb-binlog, CDC tools): no per-event work."""
+        return self.fast_path_allowed() and self.options.replica_server_id is None
+
+    def fast_path_allowed(self) -> bool:
+        """``frame_block`` may send this dump's events: the only possible filter is the replica's
+        own server_id, which it stops at."""
         options = self.options
-        return (options.replica_server_id is None and not options.ignore_server_ids
-                and options.send_annotate_rows and not options.gtid_skip_through and self._skipping is None)
+        return (not options.ignore_server_ids and options.send_annotate_rows and not options.gtid_skip_through
+                and self._skipping is None)
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
@@ -137,3 +142,43 @@ def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
     if event[-5] == ev.CHECKSUM_CRC32:
         event[-4:] = zlib.crc32(event[:-4]).to_bytes(4, "little")
     return bytes(event)
+
+
+@dataclass(frozen=True)
+class FramedRun:
+    data: bytearray  # the packets: u24 length, sequence id, 00, event
+    used: int  # bytes of the block they hold
+    events: int
+    last_event: int  # offset of the last one in the block
+    next_sequence_id: int
+
+
+_EVENT_LENGTH = struct.Struct("<I")
+_PACKET_PREFIX = struct.Struct("<IB")
+
+
+def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None) -> FramedRun:
+    """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
+    packets in one pass, stopping before an event of 16 MB or more, a partial one, or a group
+    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way)."""
+    unpack = _EVENT_LENGTH.unpack_from
+    origin_at = _SERVER_ID.unpack_from
+    pack = _PACKET_PREFIX.pack
+    out = bytearray()
+    seq = sequence_id
+    pos = count = last = 0
+    while pos + ev.HEADER_LEN <= size:
+        length = unpack(block, pos + 9)[0]
+        end = pos + length
+        if end > size or length < ev.HEADER_LEN or length + 1 >= 0xFFFFFF:
+            break
+        if stop_at_origin is not None and block[pos + 4] in _GROUP_STARTS \
+                and origin_at(block, pos + 5)[0] == stop_at_origin:
+            break
+        out += pack((length + 1) | (seq << 24), 0)
+        out += block[pos:end]
+        seq = (seq + 1) & 0xFF
+        last = pos
+        pos = end
+        count += 1
+    return FramedRun(out, pos, count, last, seq)

@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from ..binlog import events as ev
-from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream
+from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
 from ..protocol import server as proto
 from ..binlog.gtid import GtidError
 from ..storage.gtidindex import GtidIndex, GtidLookupError
@@ -328,7 +328,7 @@ class _DumpSender:
         return committed is not None and committed[0] == file
 
     async def _send_run(self, stored, position: int, end: int) -> int:  # type: ignore[no-untyped-def]
-        if self.outbound.sends_everything() and not self.session.conn.semi_sync:
+        if self.outbound.fast_path_allowed() and not self.session.conn.semi_sync:
             sent = await self._send_block(stored, position, end)
             if sent:
                 return sent
@@ -350,12 +350,14 @@ class _DumpSender:
         if self._block is None:
             self._block = memoryview(bytearray(BLOCK_SIZE))
         size = os.preadv(stored.fileno(), [self._block[: min(BLOCK_SIZE, end - position)]], position)
-        used, count, last = self.session.conn.send_event_block(self._block, size)
-        if not count:
+        conn = self.session.conn
+        run = frame_block(self._block, size, conn.sequence_id, self.outbound.options.replica_server_id)
+        if not run.events:
             return 0
-        run_end = position + used
+        conn.send_framed(run.data, run.next_sequence_id)
+        run_end = position + run.used
         self.outbound.position = run_end
-        self._account(count, used, int.from_bytes(self._block[last : last + 4], "little"))
+        self._account(run.events, run.used, int.from_bytes(self._block[run.last_event : run.last_event + 4], "little"))
         await self.session.flush()
         self.state.position = run_end
         return run_end

@@ -327,30 +327,15 @@ class ServerConnection:
             seq = (seq + 1) & 0xFF
         self._seq = seq
 
-    def send_event_block(self, block: memoryview, size: int) -> tuple[int, int, int]:
-        """Frame the whole events at the start of ``block[:size]`` into one buffer: the fast
-        path of a dump that sends every stored event.  Returns (bytes used, events, offset of
-        the last event); (0, 0, 0) when the first event is not whole or needs several packets."""
-        unpack = _EVENT_LENGTH.unpack_from
-        pack = _PACKET_PREFIX.pack
-        out = bytearray()
-        seq = self._seq
-        pos = count = last = 0
-        while pos + 19 <= size:
-            length = unpack(block, pos + 9)[0]
-            end = pos + length
-            if end > size or length < 19 or length + 1 >= MAX_CHUNK:
-                break
-            out += pack((length + 1) | (seq << 24), 0)
-            out += block[pos:end]
-            seq = (seq + 1) & 0xFF
-            last = pos
-            pos = end
-            count += 1
-        if count:
-            self._out.append(out)  # type: ignore[arg-type]
-            self._seq = seq
-        return pos, count, last
+    @property
+    def sequence_id(self) -> int:
+        """The sequence id the next packet gets (for framing done elsewhere)."""
+        return self._seq
+
+    def send_framed(self, data: bytes | bytearray, next_sequence_id: int) -> None:
+        """Packets framed by the caller (``binlog.outbound.frame_block``), and the id after them."""
+        self._out.append(data)  # type: ignore[arg-type]
+        self._seq = next_sequence_id
 
     def send_eof(self) -> None:
         self._send(build_eof())
@@ -360,7 +345,6 @@ class ServerConnection:
 
 
 _PACKET_PREFIX = struct.Struct("<IB")  # u24 length + seq in one u32, then the 00 status byte
-_EVENT_LENGTH = struct.Struct("<I")
 
 
 def _new_scramble() -> bytes:
