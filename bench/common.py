@@ -37,8 +37,9 @@ REPL_PASSWORD = "replpass"
 
 BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
-FDE_FLAGS_FILE_OFFSET = 4 + 17  # the FDE's flags byte: right after the magic + 17 header bytes
-BINLOG_IN_USE = 0x01
+MARIADB_BINLOG = "mariadb-binlog"
+RELAY_SERVER_ID = 1001
+GOAL_RATIO = 1.0  # DESIGN.md: the relay must never be the slowest link
 _LENGTH = struct.Struct("<I")
 
 
@@ -203,54 +204,19 @@ def primary_binlogs(sandbox: Sandbox, cache: Path | None = None) -> list[BinlogF
 
 
 def check_copy(primary: Sequence[BinlogFile], copy_dir: Path) -> None:
-    """``copy_dir`` must hold exactly the primary's binlog files, byte for byte.  The last
-    (active) file may differ in one bit: the FDE's BINLOG_IN_USE flag (file offset 21)."""
+    """``copy_dir`` must hold exactly the primary's binlog files, byte for byte (the active one
+    may differ in its in-use flag: relay.storage.compare)."""
+    from relay.storage.compare import copy_differences
+
     names = {f.name for f in primary}
     stem = re.escape(primary[0].name.rsplit(".", 1)[0])
     extra = sorted(p.name for p in copy_dir.iterdir()
                    if re.fullmatch(stem + r"\.\d+", p.name) and p.name not in names)
     if extra:
         raise BenchError(f"{copy_dir} holds binlog files the primary does not have: {extra}")
-    for index, original in enumerate(primary):
-        copy = copy_dir / original.name
-        if not copy.exists():
-            raise BenchError(f"{copy} is missing")
-        size = copy.stat().st_size
-        if size != original.size:
-            raise BenchError(f"{copy} is {size} bytes, the primary's is {original.size}")
-        _compare_bytes(original.path, copy, original.size, active=index == len(primary) - 1)
-
-
-def _compare_bytes(original: Path, copy: Path, size: int, active: bool, block: int = 8 * MIB) -> None:
-    with open(original, "rb") as a, open(copy, "rb") as b:
-        offset = 0
-        while offset < size:
-            x = a.read(min(block, size - offset))
-            y = b.read(len(x))
-            if x != y:
-                diffs = _differences(x, y, offset)
-                allowed = active and diffs == [FDE_FLAGS_FILE_OFFSET] and \
-                    (x[FDE_FLAGS_FILE_OFFSET - offset] ^ y[FDE_FLAGS_FILE_OFFSET - offset]) == BINLOG_IN_USE
-                if not allowed:
-                    raise BenchError(f"{copy} differs from {original} at byte offset(s) {diffs[:5]}"
-                                     f"{' ...' if len(diffs) > 5 else ''}")
-            if not x:
-                raise BenchError(f"{original} shrank while comparing")
-            offset += len(x)
-
-
-def _differences(x: bytes, y: bytes, base: int) -> list[int]:
-    if len(x) != len(y):
-        return [base + min(len(x), len(y))]
-    out = []
-    step = 4096
-    for start in range(0, len(x), step):
-        if x[start:start + step] != y[start:start + step]:
-            out.extend(base + start + i for i in range(min(step, len(x) - start))
-                       if x[start + i] != y[start + i])
-            if len(out) > 5:
-                break
-    return out
+    problems = copy_differences([f.path for f in primary], copy_dir)
+    if problems:
+        raise BenchError(f"{copy_dir} is not a copy of the primary's binlogs: {'; '.join(problems[:3])}")
 
 
 # ---------------------------------------------------------------- measured processes

@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
+    GOAL_RATIO,
+    MARIADB_BINLOG,
     MIB,
+    RELAY_SERVER_ID,
     REPL_PASSWORD,
     REPL_USER,
     REPO_ROOT,
@@ -52,10 +55,7 @@ from .common import (
     vm_hwm_kib,
 )
 
-MARIADB_BINLOG = "mariadb-binlog"
-RELAY_SERVER_ID = 1001
 EVENT_CACHE = "bench-event-counts.json"
-GOAL_RATIO = 1.0
 
 
 # ================================================================ the relay child

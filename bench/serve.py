@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from .common import (
+    GOAL_RATIO,
+    MARIADB_BINLOG,
     MIB,
+    RELAY_SERVER_ID,
     REPL_PASSWORD,
     REPL_USER,
     REPO_ROOT,
@@ -59,9 +62,6 @@ from .common import (
 )
 from .ingest import EVENT_CACHE, finish_primary, prepare_primary
 
-MARIADB_BINLOG = "mariadb-binlog"
-RELAY_SERVER_ID = 1001
-GOAL_RATIO = 1.0
 RELAY = "relay"
 PRIMARY = "primary"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

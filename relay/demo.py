@@ -47,6 +47,7 @@ from .localdb import (
 from .logs import setup_logging
 from .protocol.packets import ServerError
 from .protocol.resultset import ResultSet
+from .storage.compare import copy_differences
 from .storage.relaylog import RelayLog
 from .upstream import UpstreamSettings, connect
 
@@ -69,10 +70,6 @@ CATCH_UP_TIMEOUT = 30.0  # one deadline for the relay and the replica together
 CATCH_UP_POLL = 0.1
 VERIFY_ATTEMPTS = 3  # a comparison is retried when the primary moved meanwhile (a late BINLOG_CHECKPOINT)
 QUERY_TIMEOUT = 10.0
-# The FDE's flags byte (4-byte magic + 17 bytes into the header); bit 0 is BINLOG_IN_USE,
-# set in the primary's active file while it is open, so it may differ there only.
-IN_USE_FLAG_OFFSET = 4 + 17
-IN_USE_FLAG = 0x01
 
 SCHEMA = (
     "CREATE DATABASE IF NOT EXISTS demo",
@@ -417,36 +414,10 @@ def lag_bytes(primary_logs: list[Position], committed: Position | None) -> int:
 
 
 def mirror_differences(primary: LocalMariaDB, primary_files: list[str], relay_log: RelayLog) -> list[str]:
-    """What differs between the primary's binlog files and the relay's copies ([] = a mirror).
-
-    Closed files must be identical; the active file may differ in the in-use flag only."""
+    """What differs between the primary's binlog files and the relay's copies ([] = a mirror)."""
     if relay_log.files != primary_files:
         return [f"the relay stored {relay_log.files}, the primary has {primary_files}"]
-    problems = []
-    for name in primary_files:
-        theirs = primary.binlog_path(name).read_bytes()
-        ours = relay_log.path(name).read_bytes()
-        if name == primary_files[-1]:
-            theirs, ours = _without_in_use_flag(theirs), _without_in_use_flag(ours)
-        if ours != theirs:
-            problems.append(f"{name}: {len(ours)} bytes stored, {len(theirs)} on the primary, "
-                            f"first difference at offset {_first_difference(ours, theirs)}")
-    return problems
-
-
-def _without_in_use_flag(data: bytes) -> bytes:
-    if len(data) <= IN_USE_FLAG_OFFSET:
-        return data
-    raw = bytearray(data)
-    raw[IN_USE_FLAG_OFFSET] &= ~IN_USE_FLAG & 0xFF
-    return bytes(raw)
-
-
-def _first_difference(left: bytes, right: bytes) -> int:
-    for offset, (a, b) in enumerate(zip(left, right)):
-        if a != b:
-            return offset
-    return min(len(left), len(right))
+    return copy_differences([primary.binlog_path(name) for name in primary_files], relay_log.data_dir)
 
 
 # ------------------------------------------------------------------- running it

@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import trio
 
 from .protocol.client import (
     NEED_DATA,
@@ -208,28 +207,6 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(_timeout_message(message, timeout, last_error))
         time.sleep(POLL_INTERVAL)
-
-
-async def async_wait_for(
-    predicate: Callable[[], T],
-    timeout: float = 30.0,
-    message: str = "condition not met",
-    *,
-    ignore: tuple[type[BaseException], ...] = (),
-) -> T:
-    """wait_for for trio code: sleeps with trio.sleep so other tasks (the relay) run."""
-    deadline = trio.current_time() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except ignore as exc:
-            last_error = exc
-        if trio.current_time() >= deadline:
-            raise AssertionError(_timeout_message(message, timeout, last_error))
-        await trio.sleep(POLL_INTERVAL)
 
 
 def _tail(path: Path, offset: int = 0, lines: int = 40) -> str:

@@ -803,7 +803,7 @@ def _json_opaque(field_type: int, buf: bytes, pos: int, end: int) -> Any:
         packed = _s64(raw, 0)[0]
         if field_type == TIME:
             return _packed_time(packed)
-        neg, packed = packed < 0, abs(packed)
+        packed = abs(packed)
         ymdhms, us = packed >> 24, packed & 0xFFFFFF
         ymd, hms = ymdhms >> 17, ymdhms & 0x1FFFF
         ym = ymd >> 5

@@ -26,8 +26,6 @@ class DumpState:
     cancel_scope: trio.CancelScope
     file: str = ""
     position: int = 0
-    events_sent: int = 0
-    bytes_sent: int = 0
     last_event_timestamp: int = 0
 
 

@@ -363,8 +363,6 @@ class _DumpSender:
         return run_end
 
     def _account(self, events: int, size: int, last_timestamp: int) -> None:
-        self.state.events_sent += events
-        self.state.bytes_sent += size
         registry = self.session.context.registry
         registry.events_sent += events
         registry.bytes_sent += size

@@ -22,7 +22,6 @@ file system) and must be able to import ``relay`` (see the README, "Data pipelin
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,15 +167,6 @@ def read_partition(part: BinlogPartition) -> Iterator[Any]:
     if n:
         yield pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(cols, schema)],
                                          schema=schema)
-
-
-def change_tuple(c: Any) -> tuple[Any, ...]:
-    """A Change as a row of SCHEMA (before/after as JSON text, commit_ts as a UTC datetime)."""
-    from ..binlog.changes import row_json
-
-    return (c.file, c.pos, c.gtid, _dt.datetime.fromtimestamp(c.commit_ts, _dt.timezone.utc), c.server_id,
-            c.database, c.table, c.op, c.seq, row_json(c.before, c.table_map), row_json(c.after, c.table_map),
-            c.query, c.txn_pos)
 
 
 class BinlogBatchReader(DataSourceReader):

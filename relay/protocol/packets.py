@@ -208,10 +208,6 @@ class PacketReader:
 # ---------------------------------------------------------------- generic replies
 
 
-def is_ok(payload: bytes | memoryview) -> bool:
-    return len(payload) >= 7 and payload[0] == 0x00
-
-
 def is_err(payload: bytes | memoryview) -> bool:
     return len(payload) >= 3 and payload[0] == 0xFF
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -46,9 +45,6 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
             pos = length
         offset += pos
 
-
-def file_size(path: os.PathLike[str] | str) -> int:
-    return os.stat(path).st_size
 
 
 def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:

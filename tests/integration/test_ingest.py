@@ -29,7 +29,7 @@ def _mixed_workload(primary: MariaDB) -> None:
     ])
     for batch in range(12):  # ~12 x 60 KB of row events: rotations at max_binlog_size=64K
         primary.sql("INSERT INTO shop.items (name, qty, note) SELECT CONCAT('n', seq), seq, REPEAT('r', 200)"
-                    f" FROM shop.seq_1_to_250")
+                    " FROM shop.seq_1_to_250")
         if batch == 6:
             primary.sql("FLUSH BINARY LOGS")
     primary.execute_many(

@@ -20,7 +20,8 @@ from tests.support.metrics import (
     start_relay,
     wait_caught_up,
 )
-from tests.support.relay import IN_USE_FLAG_OFFSET, RelayProcess
+from relay.storage.compare import copy_differences
+from tests.support.relay import RelayProcess
 
 SMALL_BINLOGS = ["--max-binlog-size=16384"]
 MAX_SIZE = 60000
@@ -82,17 +83,7 @@ def _suffix_mirror_problems(primary: MariaDB, relay: RelayProcess) -> list[str]:
         return [f"index {ours} is not a suffix of the primary's {theirs}"]
     if _on_disk(relay) != sorted(ours):
         problems.append(f"data_dir holds {_on_disk(relay)}, the index lists {ours}")
-    for name in ours:
-        path = relay.data_dir / name
-        if not path.exists():
-            problems.append(f"{name} is listed but missing")
-            continue
-        mine, primary_copy = bytearray(path.read_bytes()), bytearray(primary.binlog_path(name).read_bytes())
-        if name == ours[-1] and len(mine) == len(primary_copy) > IN_USE_FLAG_OFFSET:
-            mine[IN_USE_FLAG_OFFSET] &= 0xFE
-            primary_copy[IN_USE_FLAG_OFFSET] &= 0xFE
-        if mine != primary_copy:
-            problems.append(f"{name}: {len(mine)} bytes stored, {len(primary_copy)} on the primary, not identical")
+    problems += copy_differences([primary.binlog_path(name) for name in ours], relay.data_dir)
     return problems
 
 

@@ -13,7 +13,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
-from tests.support.relay import IN_USE_FLAG_OFFSET, wait_for_mirror
+from relay.storage.compare import copy_differences
+from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
     FIRST_FILE,
     mixed_workload,
@@ -29,24 +30,11 @@ def _binlog_command(port: int, result_dir: Path, *options: str) -> list[str]:
 
 
 def _raw_differences(primary: MariaDB, result_dir: Path) -> list[str]:
-    """How the files mariadb-binlog wrote differ from the primary's binlogs (empty = identical);
-    the active file may differ only in the FDE's in-use flag."""
+    """How the files mariadb-binlog wrote differ from the primary's binlogs (empty = identical)."""
     files = [name for name, _ in primary.binlog_files()]
     written = sorted(path.name for path in result_dir.iterdir())
     problems = [] if written == files else [f"files written {written} != primary's {files}"]
-    for position, name in enumerate(files):
-        path = result_dir / name
-        if not path.exists():
-            continue
-        ours, theirs = bytearray(path.read_bytes()), bytearray(primary.binlog_path(name).read_bytes())
-        if position == len(files) - 1 and min(len(ours), len(theirs)) > IN_USE_FLAG_OFFSET:
-            ours[IN_USE_FLAG_OFFSET] &= 0xFE
-            theirs[IN_USE_FLAG_OFFSET] &= 0xFE
-        if ours != theirs:
-            first = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-            problems.append(f"{name}: {len(ours)} bytes written, {len(theirs)} on the primary, "
-                            f"first difference at {first}")
-    return problems
+    return problems + copy_differences([primary.binlog_path(name) for name in files], result_dir)
 
 
 # mariadb-binlog --stop-never dumps as server_id 1 unless --stop-never-slave-server-id is given, and 1 is

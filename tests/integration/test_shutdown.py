@@ -25,7 +25,8 @@ from tests.support.metrics import (
     start_relay,
     wait_caught_up,
 )
-from tests.support.relay import IN_USE_FLAG_OFFSET, RelayProcess, relay_config, wait_for_mirror
+from relay.storage.compare import IN_USE_FLAG_OFFSET
+from tests.support.relay import RelayProcess, relay_config, wait_for_mirror
 
 STOP_WITHIN = 5.0
 # MariaDB event types that begin something other than the middle of an event group: a stored file

@@ -10,7 +10,7 @@ Import it as ``from tests.support.mariadb import MariaDB, wait_for``.
 Everything here is synchronous. In a trio test, a sync call blocks the event loop while
 it runs: a quick query is fine, but run long statements with
 ``await trio.to_thread.run_sync(server.sql, ...)`` (connections are per thread, so that
-is safe) and poll with ``async_wait_for`` so the code under test keeps running.
+is safe) so the code under test keeps running.
 """
 
 from __future__ import annotations
@@ -25,29 +25,20 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from relay.localdb import (  # noqa: F401 - re-exported: the tests' public API
-    INIT_SQL,
-    INNODB_LOG_FILE_SIZE,
-    INSTALL_HINT,
-    MAX_SOCKET_PATH,
+from relay.localdb import (  # noqa: F401 - some are re-exported for the test modules
     ONE_GB,
-    POLL_INTERVAL,
     REPL_PASSWORD,
     REPL_USER,
     ROOT_USER,
-    SERVER_OPTIONS,
-    START_TIMEOUT,
     STOP_TIMEOUT,
     LocalMariaDB,
     MariaDBError,
     T,
-    async_wait_for,
     find_program,
     free_port,
     kill_all_servers,
     kill_quietly,
     set_template_parent,
-    template_datadir,
     wait_for,
 )
 

@@ -11,9 +11,10 @@ from typing import Any
 
 import yaml
 
+from relay.storage.compare import copy_differences
+
 from .mariadb import MariaDB, free_port, wait_for
 
-IN_USE_FLAG_OFFSET = 4 + 17  # the FDE's flags byte in a binlog file
 
 
 def relay_config(data_dir: Path, upstream_port: int, **overrides: Any) -> dict[str, Any]:
@@ -100,42 +101,12 @@ class RelayProcess:
 
 
 def mirror_differences(primary: MariaDB, data_dir: Path) -> list[str]:
-    """What differs between the primary's binlogs and the relay's copies (empty = a mirror).
-
-    Closed files must be identical; the active file may differ in the FDE's in-use flag only."""
-    problems = []
+    """What differs between the primary's binlogs and the relay's copies (empty = a mirror)."""
     primary_files = [name for name, _ in primary.binlog_files()]
     index = data_dir / "binlog.index"
-    stored = [Path(l).name for l in index.read_text().splitlines() if l.strip()] if index.exists() else []
-    if stored != primary_files:
-        problems.append(f"index {stored} != primary {primary_files}")
-    for position, name in enumerate(primary_files):
-        theirs = primary.binlog_path(name).read_bytes()
-        path = data_dir / name
-        if not path.exists():
-            problems.append(f"{name} missing")
-            continue
-        ours = path.read_bytes()
-        if position == len(primary_files) - 1 and len(ours) == len(theirs) > IN_USE_FLAG_OFFSET:
-            theirs = _clear_in_use(theirs)
-            ours = _clear_in_use(ours)
-        if ours != theirs:
-            problems.append(f"{name}: {len(ours)} bytes stored, {len(theirs)} on the primary, "
-                            f"first difference at {_first_difference(ours, theirs)}")
-    return problems
-
-
-def _clear_in_use(data: bytes) -> bytes:
-    raw = bytearray(data)
-    raw[IN_USE_FLAG_OFFSET] &= 0xFE
-    return bytes(raw)
-
-
-def _first_difference(left: bytes, right: bytes) -> int:
-    for offset, (a, b) in enumerate(zip(left, right)):
-        if a != b:
-            return offset
-    return min(len(left), len(right))
+    stored = [Path(line).name for line in index.read_text().splitlines() if line.strip()] if index.exists() else []
+    problems = [] if stored == primary_files else [f"index {stored} != primary {primary_files}"]
+    return problems + copy_differences([primary.binlog_path(name) for name in primary_files], data_dir)
 
 
 def wait_for_mirror(primary: MariaDB, relay: RelayProcess, timeout: float = 60.0) -> None:

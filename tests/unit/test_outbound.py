@@ -1,23 +1,17 @@
 """What a dump sends: the loop filter and the one-pass block framer, on a real MariaDB binlog."""
 
-import struct
-from pathlib import Path
 
 from relay.binlog import events as ev
 from relay.binlog.outbound import DumpOptions, OutboundStream, frame_block
 from relay.protocol.packets import PacketReader
+from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
-BINLOG = (Path(__file__).parent.parent / "fixtures" / "wire" / "mariadb-10.11-mixed.000001").read_bytes()
+BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
 PRIMARY_ID = 7  # the fixture's server_id
 
 
 def _events() -> list[memoryview]:
-    out, offset = [], 4
-    while offset < len(BINLOG):
-        length = struct.unpack_from("<I", BINLOG, offset + 9)[0]
-        out.append(memoryview(BINLOG)[offset : offset + length])
-        offset += length
-    return out
+    return [memoryview(event) for _, event in file_events(BINLOG)]
 
 
 def _payloads(data: bytes, seq: int) -> list[bytes]:

@@ -10,9 +10,10 @@ from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.stream import DumpStream, ResumePoint, StreamError, UpstreamEnded
 from relay.protocol.packets import PacketReader
+from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 WIRE = Path(__file__).parent.parent / "fixtures" / "wire"
-BINLOG = (WIRE / "mariadb-10.11-mixed.000001").read_bytes()
+BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
 
 
 def _dump_packets() -> list[memoryview]:
@@ -23,15 +24,6 @@ def _dump_packets() -> list[memoryview]:
     while (payload := reader.next_packet()) is not None:
         packets.append(payload)
     return packets
-
-
-def _file_events(data: bytes) -> list[tuple[int, bytes]]:
-    events, offset = [], 4
-    while offset < len(data):
-        length = struct.unpack_from("<I", data, offset + 9)[0]
-        events.append((offset, data[offset : offset + length]))
-        offset += length
-    return events
 
 
 def _clear_in_use(data: bytes) -> bytes:
@@ -55,7 +47,7 @@ def test_fresh_dump_reproduces_the_primarys_file():
 def test_committed_end_only_at_group_ends():
     # In a MariaDB binlog every group starts with a GTID event, so the group ends are
     # exactly the offsets where a GTID starts, plus the file end when it is between groups.
-    events = _file_events(BINLOG)
+    events = file_events(BINLOG)
     gtid_starts = {offset for offset, event in events if event[4] == ev.GTID_EVENT}
     reported = set()
     tracker = GroupTracker()
@@ -77,7 +69,7 @@ def test_committed_end_advances_per_batch_to_last_group_end():
             if segment.committed_end is not None:
                 ends.append(segment.committed_end)
     tracker = GroupTracker()
-    expected = [offset + len(event) for offset, event in _file_events(BINLOG)
+    expected = [offset + len(event) for offset, event in file_events(BINLOG)
                 if tracker.ends_group(event[4], event)]
     assert ends == expected
 
@@ -101,7 +93,7 @@ def test_corrupt_event_fails_crc_check():
 
 
 def test_resume_checks_the_last_stored_event():
-    events = _file_events(BINLOG)
+    events = file_events(BINLOG)
     offset, last = events[5]
     packets = _dump_packets()[:-1]
     # the primary re-sends from that event's start: fake rotate, FDE, then the events
@@ -157,7 +149,7 @@ def test_receive_raw_bytes_in_any_chunking_matches_the_file(step):
     assert ev.BINLOG_MAGIC + _stored_bytes(segments) == _clear_in_use(BINLOG)
     assert [s.committed_end for s in segments if s.committed_end][-1] == len(BINLOG)
     assert stream.event_counts[ev.GTID_EVENT] == len(
-        [1 for _, e in _file_events(BINLOG) if e[4] == ev.GTID_EVENT])
+        [1 for _, e in file_events(BINLOG) if e[4] == ev.GTID_EVENT])
 
 
 def test_receive_ends_at_eof_packet():
