@@ -33,8 +33,6 @@ from .storage.relaylog import RelayLog
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 20
-BULK_READ = 1 << 16
-COMMIT_DELAY = 0.01  # the longest a received group waits for its fsync while a backlog streams in
 DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: keep ANNOTATE_ROWS so stored files stay identical
 MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (PROTOCOL.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
@@ -156,6 +154,11 @@ class Upstream:
         self._replica_uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-{settings.relay_server_id}"))
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.relay_log.run_committer)
+            await self._replicate_for_ever()
+
+    async def _replicate_for_ever(self) -> None:
         delay = self.settings.reconnect_initial_delay
         while True:
             try:
@@ -181,6 +184,7 @@ class Upstream:
     def _lost(self) -> None:
         self.status.connected = False
         self.status.connected_event = trio.Event()
+        self.relay_log.commit_now()  # whole groups waiting for the committer's fsync are kept
         self.relay_log.discard_uncommitted()
 
     async def _replicate_once(self) -> None:
@@ -290,22 +294,14 @@ class Upstream:
         silence_limit = 2 * self.settings.heartbeat_period
         receive = conn.stream.receive_some
         relay_log = self.relay_log
-        silent_since = trio.current_time()
         while True:
-            wake_at = silent_since + silence_limit
-            if relay_log.commit_pending:
-                wake_at = min(wake_at, trio.current_time() + COMMIT_DELAY)
             data = None
-            with trio.move_on_at(wake_at):
+            with trio.move_on_after(silence_limit):
                 data = await receive(RECEIVE_SIZE)
             if data is None:
-                if relay_log.commit_pending:
-                    relay_log.commit_now()
-                    continue
                 raise ConnectionError(f"no event or heartbeat from the primary for {silence_limit:.0f}s")
             if not data:
                 raise ConnectionError("the primary closed the connection")
-            silent_since = trio.current_time()
             self.status.bytes_received += len(data)
             try:
                 segments = stream.receive(data)
@@ -314,9 +310,7 @@ class Upstream:
                     raise FatalIngestError(f"the primary refused the binlog dump: {exc.message}") from exc
                 raise
             if segments:
-                # A large read means the primary is streaming a backlog: let a few reads share
-                # one fsync (group commit); a small read is the live tail and commits at once.
-                relay_log.apply(segments, defer_commit=len(data) >= BULK_READ)
+                relay_log.apply(segments)
             else:
                 relay_log.sync_if_due()
 

@@ -24,7 +24,7 @@ from .groups import GroupTracker
 _HEADER_AFTER_STATUS = struct.Struct("<xIBIIIH")  # the 19-byte header behind the 00 status byte
 _U32_AT = struct.Struct("<I")
 # packet header (u24 length + seq), status byte, then the 19-byte event header: 24 bytes
-_PACKET_AND_HEADER = struct.Struct("<IBIBIIIH")
+_PACKET_AND_HEADER = struct.Struct("<IBIB4xIIH")  # server_id skipped: not needed here
 _U32 = 0xFFFFFFFF
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) as 4 LE bytes), for any data
 # Events the fast path leaves to the general one.
@@ -197,7 +197,7 @@ class DumpStream:
         last_timestamp = self.last_event_timestamp
         while pos + 4 <= size:
             if pos + 24 <= size:
-                word, status, timestamp, etype, _, event_length, log_pos, flags = packet_and_header(buf, pos)
+                word, status, timestamp, etype, event_length, log_pos, flags = packet_and_header(buf, pos)
             else:
                 word, status = u32(buf, pos)[0], -1
             length = word & 0xFFFFFF
@@ -215,9 +215,10 @@ class DumpStream:
                 start = pos + 5
                 pos = end
                 kind = _KIND[etype] if fast else _GENERAL
-                # (a position past 4 GiB never equals log_pos - length: the general path masks it)
-                if (kind and status == 0 and length >= 20 and log_pos and not flags & ev.LOG_EVENT_ARTIFICIAL_F
-                        and event_length == length - 1 and log_pos - event_length == position):
+                # (a position past 4 GiB never equals log_pos - length: the general path masks it;
+                # log_pos 0, an artificial event's, never equals position + length either)
+                if (kind and status == 0 and event_length == length - 1 >= ev.HEADER_LEN
+                        and log_pos - event_length == position and not flags & ev.LOG_EVENT_ARTIFICIAL_F):
                     event = view[start:end]
                     if crc_on and crc32(event) != _CRC_RESIDUE:
                         self._bad_checksum(event, etype, log_pos)

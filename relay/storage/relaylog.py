@@ -28,8 +28,6 @@ from .state import Checkpoint, RelayState, read_state, write_state
 log = logging.getLogger(__name__)
 
 SYNC_POLICIES = ("commit", "interval", "none")
-MAX_DEFERRED_BYTES = 8 << 20
-MAX_DEFERRED_SECONDS = 0.01
 _IOV_MAX = 1024
 
 
@@ -47,13 +45,16 @@ class RelayLog:
         self.files: list[str] = []
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
+        # the newest group end written but not yet committed: (file, end, start of its last event)
         self._pending_commit: tuple[str, int, int] | None = None
+        self._committer_running = False
+        self._commit_wanted = trio.Event()
+        self._generation = 0  # bumped when written bytes are cut: an fsync in flight is then stale
         self._fd: int | None = None
         self._write_pos = 0
         self._durable_pos = 0  # fsynced prefix of the current file
         self._last_sync = time.monotonic()
         self._last_checkpoint = time.monotonic()
-        self._last_commit = time.monotonic()
         self._commit_event = trio.Event()
         self.fsync_seconds: list[float] = []  # drained by metrics
         self.bytes_written = 0
@@ -152,11 +153,9 @@ class RelayLog:
 
     # ------------------------------------------------------------ writing
 
-    def apply(self, segments: list[Segment], defer_commit: bool = False) -> bool:
-        """Store what the dump stream produced; True if the committed end moved.
-
-        ``defer_commit``: write now but let the commit (fsync, then readers see it) wait for a
-        later call, unless MAX_DEFERRED_BYTES or MAX_DEFERRED_SECONDS are reached."""
+    def apply(self, segments: list[Segment]) -> None:
+        """Store what the dump stream produced and commit its last group end: at once, or with
+        ``sync: commit`` and ``run_committer`` running, once the committer's next fsync returns."""
         for segment in segments:
             if segment.new_file:
                 if self._pending_commit is not None:
@@ -172,16 +171,45 @@ class RelayLog:
             if segment.committed_end is not None:
                 self._pending_commit = (segment.file, segment.committed_end, segment.last_event_start)
         if self._pending_commit is None:
-            return False
-        if defer_commit and self._write_pos - self.committed[1] < MAX_DEFERRED_BYTES \
-                and time.monotonic() - self._last_commit < MAX_DEFERRED_SECONDS:  # type: ignore[index]
-            return False
-        self._after_commit()
-        return True
+            return
+        if self._committer_running and self.sync == "commit":
+            self._commit_wanted.set()
+        else:
+            self._after_commit()
 
-    @property
-    def commit_pending(self) -> bool:
-        return self._pending_commit is not None
+    async def run_committer(self) -> None:
+        """Group commit for ``sync: commit``: fsync in a worker thread while ingest goes on
+        writing, then move the committed end to the newest group end written before the fsync
+        began.  Groups that arrive during one fsync share the next, so a backlog costs one fsync
+        per fsync time, not one per read, and receiving never waits for the disk."""
+        self._committer_running = True
+        try:
+            while True:
+                await self._commit_wanted.wait()
+                self._commit_wanted = trio.Event()
+                if self._pending_commit is not None and self._fd is not None:
+                    await self._commit_in_thread(self._pending_commit)
+        finally:
+            self._committer_running = False
+
+    async def _commit_in_thread(self, target: tuple[str, int, int]) -> None:
+        generation, written = self._generation, self._write_pos
+        fd = os.dup(self._fd)  # type: ignore[arg-type]  # ingest may close its own at a rotation meanwhile
+        try:
+            started = time.monotonic()
+            await trio.to_thread.run_sync(os.fsync, fd)
+            self.fsync_seconds.append(time.monotonic() - started)
+        finally:
+            os.close(fd)
+        # stale if the bytes were cut meanwhile, or a rotation committed the file synchronously
+        if generation != self._generation or self.committed is None or target[0] != self.committed[0] \
+                or target[1] <= self.committed[1]:
+            return
+        self._last_sync = time.monotonic()
+        self._durable_pos = max(self._durable_pos, written)
+        if self._pending_commit == target:
+            self._pending_commit = None
+        self._publish(target)
 
     def commit_now(self) -> None:
         if self._pending_commit is not None:
@@ -201,16 +229,23 @@ class RelayLog:
         self.bytes_written += size
 
     def _after_commit(self) -> None:
-        now = self._last_commit = time.monotonic()
+        """Commit the pending group end now, with an fsync first if the policy wants one."""
+        now = time.monotonic()
         if self.sync == "commit" or (self.sync == "interval" and now - self._last_sync >= self._sync_interval):
             self._fsync()
-        name, end, self._last_event_start = self._pending_commit  # type: ignore[misc]
+        target = self._pending_commit
         self._pending_commit = None
+        self._publish(target)  # type: ignore[arg-type]
+
+    def _publish(self, target: tuple[str, int, int]) -> None:
+        """Let readers see up to ``target`` (durable as the policy requires) and wake them."""
+        name, end, self._last_event_start = target
         self.committed = (name, end)
         self._commit_event.set()
         self._commit_event = trio.Event()
-        if now - self._last_checkpoint >= self._checkpoint_interval:
-            self._fsync()
+        if time.monotonic() - self._last_checkpoint >= self._checkpoint_interval:
+            if self._durable_pos < end:  # the checkpoint must name durable bytes only
+                self._fsync()
             self._write_checkpoint()
 
     def sync_if_due(self) -> None:
@@ -245,6 +280,7 @@ class RelayLog:
         # Unconditionally: a write that failed half-way (disk full) moved the file offset
         # without moving _write_pos.
         end = self.committed[1]
+        self._generation += 1
         os.ftruncate(self._fd, end)
         os.lseek(self._fd, end, os.SEEK_SET)
         self._write_pos = end
@@ -255,7 +291,8 @@ class RelayLog:
         if self.committed is not None:
             if self._write_pos != self.committed[1]:
                 raise DataDirError(f"{self.committed[0]} has an unfinished event group at its end")
-            self._fsync()
+            if self.sync != "none":  # a closed file is durable before the index names the next
+                self._fsync()
             os.close(self._fd)  # type: ignore[arg-type]
             self._fd = None
         if name in self.files:

@@ -1,8 +1,12 @@
 """Relay log storage: writing segments, recovery of torn tails, the index, the lock."""
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings, strategies as st
 
 from relay.binlog import events as ev
@@ -113,3 +117,64 @@ def test_append_at_wrong_offset_is_refused(tmp_path):
         relay_log.apply([Segment(NAME, len(BINLOG) + 10, [memoryview(b"x" * 19)], 19, None)])
     relay_log.close()
     assert ev.BINLOG_MAGIC == (tmp_path / NAME).read_bytes()[:4]
+
+
+# ------------------------------------------------------------ group commit (sync: commit)
+
+
+def _group_segments(data: bytes) -> list[Segment]:
+    """One segment per event group of ``data``; the first creates the file."""
+    tracker, segments, chunks, start = GroupTracker(), [], [], 4
+    for offset, event in file_events(data):
+        chunks.append(memoryview(event))
+        if tracker.ends_group(event[4], event):
+            end = offset + len(event)
+            segments.append(Segment(NAME, start, chunks, end - start, end, offset, new_file=not segments))
+            chunks, start = [], end
+    return segments
+
+
+async def test_committer_publishes_only_after_its_fsync_and_shares_one_among_groups(tmp_path, nursery):
+    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log.open()
+    nursery.start_soon(relay_log.run_committer)
+    await trio.testing.wait_all_tasks_blocked()
+    segments = _group_segments(BINLOG)
+    assert len(segments) > 3
+    for segment in segments:  # no await in between: all groups arrive during one "read"
+        relay_log.apply([segment])
+    assert relay_log.committed == (NAME, 4), "committed before any fsync"
+    with trio.fail_after(10):
+        assert await relay_log.wait_for_commit((NAME, 4)) == (NAME, len(BINLOG))
+    assert len(relay_log.fsync_seconds) == 1
+    relay_log.close()
+    assert (tmp_path / NAME).read_bytes() == BINLOG
+
+
+async def test_bytes_cut_during_an_fsync_are_never_published(tmp_path, nursery, monkeypatch):
+    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log.open()
+    nursery.start_soon(relay_log.run_committer)
+    await trio.testing.wait_all_tasks_blocked()
+    in_fsync, release = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread() is not threading.main_thread():  # the committer's worker
+            in_fsync.set()
+            release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    first, second, *_ = _group_segments(BINLOG)
+    relay_log.apply([first])
+    await trio.to_thread.run_sync(in_fsync.wait, 10)
+    relay_log.apply([second])
+    relay_log.discard_uncommitted()  # a lost upstream while the fsync is in flight
+    release.set()
+    with trio.fail_after(10):
+        while not relay_log.fsync_seconds:  # the committer is back from its fsync (and decided)
+            await trio.sleep(0.001)
+    assert relay_log.committed == (NAME, 4)
+    assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
+    relay_log.close()
