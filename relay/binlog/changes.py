@@ -51,6 +51,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fnmatch import fnmatchcase
+from itertools import chain, count, repeat
 from typing import Any, BinaryIO, NamedTuple
 
 from . import coltypes as ct
@@ -493,18 +494,21 @@ class ChangeDecoder:
     # ------------------------------------------------------------------ decoding a committed group
 
     def _replay(self, group: _Group, commit_event: bytes | memoryview) -> Iterator[Change]:
+        # Changes come in one list per event, flattened by chain (in C): a generator
+        # resumed per change would cost about as much as decoding a small row.
         commit_ts = int.from_bytes(commit_event[0:4], "little")
         if group.spill is None:
-            return self._changes(group, group.mem, commit_ts)  # nothing to clean up
-        return self._decode(group, _records(group), commit_ts)
+            return chain.from_iterable(self._batches(group, group.mem, commit_ts))  # nothing to clean up
+        return chain.from_iterable(self._decode(group, _records(group), commit_ts))
 
-    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
+    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[list[Change]]:
         try:
-            yield from self._changes(group, records, commit_ts)
+            yield from self._batches(group, records, commit_ts)
         finally:
             group.close()
 
-    def _changes(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[Change]:
+    def _batches(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[list[Change]]:
+        """The changes of the group's events, one list per event that has any."""
         file, gtid, txn_pos = self.file, group.gtid, group.txn_pos
         crc = self.crc
         phl = self.post_header_len
@@ -532,26 +536,10 @@ class ChangeDecoder:
                     rows = _all_rows(h, tm)
                 except RowDecodeError as e:
                     raise ChangeDecodeError(f"{file}:{offset}: {e}") from e
-                kind = h.kind
                 if wanted[table_id]:
-                    database, table = tm.database, tm.table
-                    if kind == "insert":
-                        for row in rows:
-                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
-                                         seq, None, row, annotate, txn_pos, tm)
-                            seq += 1
-                    elif kind == "update":
-                        for before, after in rows:
-                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
-                                         seq, before, after, annotate, txn_pos, tm)
-                            seq += 1
-                    else:
-                        for row in rows:
-                            yield Change(file, offset, gtid, commit_ts, server_id, database, table, kind,
-                                         seq, row, None, annotate, txn_pos, tm)
-                            seq += 1
-                else:
-                    seq += len(rows)
+                    yield _row_changes(rows, h.kind, (file, offset, gtid, commit_ts, server_id, tm.database,
+                                                      tm.table, h.kind), seq, (annotate, txn_pos, tm))
+                seq += len(rows)
                 if h.flags & 1:  # STMT_END_F: the next statement brings its own annotation
                     annotate = None
             elif etype == ev.TABLE_MAP_EVENT:
@@ -569,8 +557,8 @@ class ChangeDecoder:
                 q = self._query(event, etype)
                 database = q.database or None
                 if tables is None or tables.wants_statement(database, q.query):
-                    yield Change(file, offset, gtid, commit_ts, int.from_bytes(event[5:9], "little"),
-                                 database, None, "statement", seq, None, None, q.query, txn_pos)
+                    yield [Change(file, offset, gtid, commit_ts, int.from_bytes(event[5:9], "little"),
+                                 database, None, "statement", seq, None, None, q.query, txn_pos)]
                 seq += 1
 
     # ------------------------------------------------------------------ end of input
@@ -583,6 +571,32 @@ class ChangeDecoder:
         """Drop an unfinished group (input ended before its commit: it is not committed)."""
         self._drop_group()
 
+
+_new_tuple = tuple.__new__  # builds a Change without NamedTuple's Python-level __new__
+
+
+def _row_changes(rows: tuple[Any, ...], kind: str, head: tuple[Any, ...], seq: int,
+                 tail: tuple[Any, ...]) -> list[Change]:
+    """The changes of one rows event. head: the fields before seq; tail: those after the
+    images (query, txn_pos, table_map). zip and map build them without running a line
+    of Python per row."""
+    file, pos, gtid, commit_ts, server_id, database, table, op = head
+    query, txn_pos, tm = tail
+    if len(rows) == 1:  # most OLTP events: cheaper than setting up the zip
+        row = rows[0]
+        before, after = (None, row) if kind == "insert" else row if kind == "update" else (row, None)
+        return [_new_tuple(Change, (file, pos, gtid, commit_ts, server_id, database, table, op, seq,
+                                    before, after, query, txn_pos, tm))]
+    r = repeat
+    if kind == "insert":
+        before, after = r(None), rows
+    elif kind == "update":
+        before, after = (b for b, _ in rows), (a for _, a in rows)
+    else:
+        before, after = rows, r(None)
+    fields = zip(r(file), r(pos), r(gtid), r(commit_ts), r(server_id), r(database), r(table), r(op),
+                 count(seq), before, after, r(query), r(txn_pos), r(tm))
+    return list(map(_new_tuple, r(Change), fields))
 
 _EMPTY: Iterator[Change] = iter(())
 
@@ -597,35 +611,40 @@ def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
 def _records(group: _Group) -> Iterator[tuple[int, Any]]:
     """The group's events in order: the spill file, then the in-memory segment."""
     if group.spill is not None and group.spilled:
-        src = group.spill
-        src.seek(0)
-        reader = io.BufferedReader(_Unclosing(src), 1 << 20)
-        left = group.spilled
-        while left > 0:
-            head = reader.read(_OFFSET.size + ev.HEADER_LEN)
-            if len(head) < _OFFSET.size + ev.HEADER_LEN:
-                raise ChangeDecodeError("spill file truncated")
-            offset = _OFFSET.unpack_from(head)[0]
-            length = int.from_bytes(head[_OFFSET.size + 9:_OFFSET.size + 13], "little")
-            rest = reader.read(length - ev.HEADER_LEN)
-            yield offset, head[_OFFSET.size:] + rest
-            left -= _OFFSET.size + length
+        yield from _spilled_records(group.spill, group.spilled)
     yield from group.mem
 
 
-class _Unclosing(io.RawIOBase):
-    """Lets a BufferedReader read a file without closing it when collected."""
+_SPILL_READ = 1 << 20
+_RECORD_HEAD = _OFFSET.size + ev.HEADER_LEN
 
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
 
-    def readable(self) -> bool:
-        return True
+def _spilled_records(src: BinaryIO, size: int) -> Iterator[tuple[int, memoryview]]:
+    """(offset, event) records of a spill file, read a megabyte (or one larger event) at a
+    time; the events are views into the block read, not copies."""
+    src.seek(0)
+    block, at, left = memoryview(b""), 0, size  # left: bytes still in the file
+    while at < len(block) or left > 0:
+        if len(block) - at < _RECORD_HEAD:
+            block, at, left = _refill(src, block, at, left, _RECORD_HEAD)
+        length = int.from_bytes(block[at + _OFFSET.size + 9:at + _OFFSET.size + 13], "little")
+        end = at + _OFFSET.size + length
+        if end > len(block):
+            block, at, left = _refill(src, block, at, left, _OFFSET.size + length)
+            end = at + _OFFSET.size + length
+        yield _OFFSET.unpack_from(block, at)[0], block[at + _OFFSET.size:end]
+        at = end
 
-    def readinto(self, b: Any) -> int:
-        data = self._raw.read(len(b))
-        b[:len(data)] = data
-        return len(data)
+
+def _refill(src: BinaryIO, block: memoryview, at: int, left: int,
+            need: int) -> tuple[memoryview, int, int]:
+    """The unread rest of block followed by the next read, holding at least need bytes."""
+    want = min(left, max(_SPILL_READ, need - (len(block) - at)))
+    data = src.read(want)
+    if len(data) != want or len(block) - at + len(data) < need:
+        raise ChangeDecodeError("spill file truncated")
+    rest = block[at:]
+    return memoryview(rest.tobytes() + data if len(rest) else data), 0, left - want
 
 
 def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:

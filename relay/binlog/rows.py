@@ -418,14 +418,43 @@ class RowsEvent:
 
 
 class _Image:
-    """How to read one row image for a given columns-present bitmap."""
+    """How to read one row image for a given columns-present bitmap.
 
-    __slots__ = ("indexes", "null_bytes", "read")
+    read(buf, pos) -> (row dict, next pos). It reads the null bitmap, then hands the rest
+    of the row to a reader generated for that pattern of NULLs (see _compile_body): a bulk
+    statement's rows mostly share one pattern, and knowing which columns are NULL lets one
+    Struct.unpack_from read the fixed-width heads of all adjacent columns with no test per
+    column. Past _MAX_VARIANTS patterns (a table with many nullable columns), the further
+    ones share one reader that tests each column's NULL bit.
+    """
+
+    __slots__ = ("indexes", "null_bytes", "read", "_tm", "_variants", "_generic")
 
     def __init__(self, tm: TableMap, indexes: tuple[int, ...]) -> None:
         self.indexes = indexes
         self.null_bytes = (len(indexes) + 7) // 8
-        self.read = _compile_reader(tm, indexes)
+        self._tm = tm
+        self._variants: dict[int, _Body] = {}
+        self._generic: _Body | None = None
+        self.read = _dispatcher(self)
+
+    def variant(self, nulls: int) -> "_Body":
+        """The reader of the columns after the null bitmap, for this pattern of NULLs."""
+        body = self._variants.get(nulls)
+        if body is None:
+            if len(self._variants) < _MAX_VARIANTS:
+                body = _compile_body(self._tm, self.indexes, nulls)
+            else:
+                if self._generic is None:
+                    self._generic = _compile_body(self._tm, self.indexes, None)
+                body = self._generic
+            self._variants[nulls] = body
+        return body
+
+
+# (buf, pos after the null bitmap, null bits) -> (row dict, next pos)
+_Body = Callable[[bytes, int, int], tuple[Row, int]]
+_MAX_VARIANTS = 8
 
 
 def _image(tm: TableMap, bitmap: bytes) -> _Image:
@@ -439,74 +468,121 @@ def _image(tm: TableMap, bitmap: bytes) -> _Image:
     return img
 
 
-def _compile_reader(tm: TableMap, idx: tuple[int, ...]) -> Callable[[bytes, int], tuple[Row, int]]:
-    """Generate the reader of one row image: bytes at pos -> (row dict, next pos).
+def _dispatcher(img: _Image) -> Callable[[bytes, int], tuple[Row, int]]:
+    """read(buf, pos): the null bitmap, then the body reader of its pattern."""
+    # The null bitmap has one bit per *present* column (not per table column).
+    nb, mask = img.null_bytes, (1 << len(img.indexes)) - 1
+    known = img._variants
+    learn = img.variant
 
-    A loop over the per-column decoders costs a call, a tuple and loop overhead per
-    value; a generated function with one straight line per column, and one
-    Struct.unpack_from for each run of fixed-width numbers (when the row has no NULLs),
-    decodes rows about twice as fast. Column names and decoders enter the generated
-    code only as closure variables, never as source text.
+    if nb == 0:
+        def read0(buf: bytes, pos: int) -> tuple[Row, int]:
+            return (known.get(0) or learn(0))(buf, pos, 0)
+        return read0
+    if nb == 1:
+        def read1(buf: bytes, pos: int) -> tuple[Row, int]:
+            nulls = buf[pos] & mask  # IndexError when truncated
+            return (known.get(nulls) or learn(nulls))(buf, pos + 1, nulls)
+        return read1
+
+    def read(buf: bytes, pos: int) -> tuple[Row, int]:
+        end = pos + nb
+        if end > len(buf):
+            _short(end, buf)
+        nulls = int.from_bytes(buf[pos:end], "little") & mask
+        return (known.get(nulls) or learn(nulls))(buf, end, nulls)
+    return read
+
+
+def _compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Body:
+    """Generate the reader of one row image after its null bitmap: (buf, pos, nulls) ->
+    (row dict, next pos).
+
+    nulls: the pattern of NULLs the reader is for (its NULL columns read nothing and the
+    others one straight line each), or None for a reader that tests every column's bit.
+    Columns with a coltypes.inline_plan cost no call: their fixed-width heads (numbers,
+    temporal values, decimal digit groups, length prefixes) are read by one
+    Struct.unpack_from per run of adjacent columns. Column names, decoders and other
+    objects enter the generated code as globals of its namespace, never as source text.
     """
-    n = len(idx)
     unsigned = tm.unsigned or (False,) * tm.column_count
-    fast, structs = _fast_lines([ct.struct_code(tm.column_types[i], unsigned[i]) for i in idx])
-    slow = [line for k in range(n) for line in (
-        f"if nulls >> {k} & 1:", f"    v{k} = None", "else:", f"    v{k}, pos = d{k}(buf, pos)")]
-    row = ", ".join(f"n{k}: v{k}" for k in range(n))
-    lines = [
-        "def _make(_names, _decoders, _structs, _short):",
-        *([f"    {''.join(f'n{k}, ' for k in range(n))}= _names",
-           f"    {''.join(f'd{k}, ' for k in range(n))}= _decoders"] if n else []),
-        *([f"    {''.join(f's{j}, ' for j in range(len(structs)))}= _structs"] if structs else []),
-        "    def read(buf, pos):",
-        *_indent(_null_bitmap_lines(n), 8),
-        "        if not nulls:",
-        *_indent(fast or ["pass"], 12),
-        "        else:",
-        *_indent(slow or ["pass"], 12),
-        f"        return {{{row}}}, pos",
-        "    return read",
-    ]
-    env: dict[str, Any] = {}
-    exec(compile("\n".join(lines), f"<row reader {tm.database}.{tm.table}>", "exec"), env)
-    return env["_make"](tuple(tm.column_names[i] for i in idx),
-                        tuple(tm.decoders[i] for i in idx), tuple(structs), _short)
-
-
-def _fast_lines(codes: list[str | None]) -> tuple[list[str], list[Callable]]:
-    """No-NULL path: one unpack_from per run of fixed-width numbers, else a decoder."""
-    lines: list[str] = []
+    charsets = tm.column_charsets or (None,) * tm.column_count
+    env: dict[str, Any] = dict(ct.INLINE_GLOBALS, _short_row=_short_row)
+    plans = []
+    for k, i in enumerate(idx):
+        plan = ct.inline_plan(tm.column_types[i], tm.column_meta[i], unsigned=unsigned[i],
+                              charset=charsets[i])
+        plans.append(plan)
+        env[f"n{k}"] = tm.column_names[i]
+        env[f"d{k}"] = tm.decoders[i]
+        for key, value in (plan.consts.items() if plan else ()):
+            env[f"c{k}_{key}"] = value
     structs: list[Callable] = []
-    run: list[tuple[int, str]] = []
+    body: list[str] = []
+    if nulls is None:
+        for k, plan in enumerate(plans):
+            body += [f"if nulls >> {k} & 1:", f"    v{k} = None", "else:",
+                     *_indent(_column_lines([(k, plan)], structs), 4)]
+    else:
+        body = _column_lines([(k, p) for k, p in enumerate(plans) if not nulls >> k & 1], structs)
+    values = [f"v{k}" if nulls is None or not nulls >> k & 1 else "None" for k in range(len(idx))]
+    lines = [
+        "def read(buf, pos, nulls):",
+        *_indent(body, 4),
+        *(["    if pos > len(buf):", "        _short_row(pos, buf)"]
+          if any(p is None or p.reads_on for p in plans) else []),
+        f"    return {{{', '.join(f'n{k}: {v}' for k, v in enumerate(values))}}}, pos",
+    ]
+    for j, unpack in enumerate(structs):
+        env[f"s{j}"] = unpack
+    exec(compile("\n".join(lines), f"<row reader {tm.database}.{tm.table}>", "exec"), env)
+    return env["read"]
+
+
+def _column_lines(columns: list[tuple[int, ct.Inline | None]], structs: list[Callable]) -> list[str]:
+    """Lines reading these columns in order into v<k>; the fixed-width heads of adjacent
+    planned columns share one unpack (a struct has one byte order for all its codes,
+    so a run ends where the order changes), columns without a plan call their decoder."""
+    lines: list[str] = []
+    run: list[tuple[int, ct.Inline]] = []
+    order = ""
 
     def flush() -> None:
-        if run:
-            st = struct.Struct("<" + "".join(code for _, code in run))
-            lines.append(f"{''.join(f'v{k}, ' for k, _ in run)}= s{len(structs)}(buf, pos)")
+        if not run:
+            return
+        temps = [[f"t{k}_{j}" for j in range(len(p.codes))] for k, p in run]
+        for (k, p), names in zip(run, temps):
+            if p.render is ct.inline_same:
+                names[0] = f"v{k}"  # a plain number: unpack straight into the value
+        codes = "".join(p.codes for _, p in run)
+        if codes == "B":  # a lone unsigned byte (a short length prefix): indexing beats a call
+            lines.append(f"{temps[0][0]} = buf[pos]")
+            lines.append("pos += 1")
+        else:
+            st = struct.Struct((order or "<") + codes)
+            lines.append(f"{''.join(f'{t}, ' for names in temps for t in names)}= s{len(structs)}(buf, pos)")
             lines.append(f"pos += {st.size}")
             structs.append(st.unpack_from)
-            run.clear()
+        for (k, p), names in zip(run, temps):
+            if p.render is not ct.inline_same:
+                lines.extend(p.render(f"v{k}", names, f"c{k}_"))
+        run.clear()
 
-    for k, code in enumerate(codes):
-        if code:
-            run.append((k, code))
-        else:
+    for k, plan in columns:
+        if plan is None:
             flush()
             lines.append(f"v{k}, pos = d{k}(buf, pos)")
+            continue
+        if plan.endian and order and plan.endian != order:
+            flush()
+        if not run:
+            order = ""
+        run.append((k, plan))
+        order = order or plan.endian
+        if plan.reads_on:
+            flush()  # the variable part starts where this run's heads end
     flush()
-    return lines, structs
-
-
-def _null_bitmap_lines(n: int) -> list[str]:
-    # The null bitmap has one bit per *present* column (not per table column).
-    nb, mask = (n + 7) // 8, (1 << n) - 1
-    if nb == 0:
-        return ["nulls = 0"]
-    if nb == 1:
-        return [f"nulls = buf[pos] & {mask}", "pos += 1"]  # IndexError when truncated
-    return [f"end = pos + {nb}", "if end > len(buf):", "    _short(end, buf)",
-            f"nulls = int.from_bytes(buf[pos:end], 'little') & {mask}", "pos = end"]
+    return lines
 
 
 def _indent(lines: list[str], width: int) -> list[str]:
@@ -515,6 +591,10 @@ def _indent(lines: list[str], width: int) -> list[str]:
 
 def _short(end: int, buf: bytes) -> None:
     raise ct.Truncated(f"null bitmap needs bytes up to offset {end}, data ends at {len(buf)}")
+
+
+def _short_row(end: int, buf: bytes) -> None:
+    raise ct.Truncated(f"row needs bytes up to offset {end}, data ends at {len(buf)}")
 
 
 def uncompress_rows(data: bytes) -> bytes:
@@ -605,10 +685,12 @@ def _rows_header(event_type: int, data: bytes, tm: TableMap,
     if table_id != tm.table_id:
         raise RowDecodeError(f"rows event is for table id {table_id}, table map is for "
                              f"{tm.table_id}", database=tm.database, table=tm.table)
-    return _RowsHeader(table_id, flags, kind, extra, before, after, buf, start, compressed)
+    # tuple.__new__: NamedTuple's own __new__ is a Python call, a cost per rows event
+    return _new_tuple(_RowsHeader, (table_id, flags, kind, extra, before, after, buf, start, compressed))
 
 
 _u16 = struct.Struct("<H").unpack_from
+_new_tuple = tuple.__new__
 
 
 def _diagnose(h: _RowsHeader, tm: TableMap, row_start: int, err: Exception) -> RowDecodeError:
@@ -656,22 +738,37 @@ def _iter(h: _RowsHeader, tm: TableMap) -> Iterator[Any]:
 def _all_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
     # _iter without a generator frame per row: parse_rows_event's hot path.
     buf, pos, end = h.buf, h.start, len(h.buf)
-    read = h.before.read
-    rows = []
+    rows: list[Any] = []
+    append = rows.append
     row_start = pos
     try:
-        if h.after is None:
+        if h.after is None and h.before.null_bytes == 1:
+            # Up to 8 columns present (inserts/deletes of most tables): read the null
+            # bitmap here and look the body reader up only when the NULLs change, so a
+            # row costs one call.
+            img = h.before
+            mask = (1 << len(img.indexes)) - 1
+            pattern, body = -1, None
+            while pos < end:
+                row_start = pos
+                nulls = buf[pos] & mask
+                if nulls != pattern:
+                    pattern, body = nulls, img.variant(nulls)
+                row, pos = body(buf, pos + 1, nulls)  # type: ignore[misc]
+                append(row)
+        elif h.after is None:
+            read = h.before.read
             while pos < end:
                 row_start = pos
                 row, pos = read(buf, pos)
-                rows.append(row)
+                append(row)
         else:
-            read_after = h.after.read
+            read, read_after = h.before.read, h.after.read
             while pos < end:
                 row_start = pos
                 before, pos = read(buf, pos)
                 after, pos = read_after(buf, pos)
-                rows.append((before, after))
+                append((before, after))
     except _DECODE_ERRORS as e:
         raise _diagnose(h, tm, row_start, e) from None
     return tuple(rows)

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from relay.binlog import changes as changes_module
 from relay.binlog import events as ev
 from relay.binlog.changes import (
     Change,
     ChangeDecoder,
+    ChangeDecodeError,
     GtidRange,
     TableFilter,
     _classify,
@@ -244,6 +246,29 @@ def test_big_group_spills_in_segments_and_reads_back_in_order() -> None:
     # a rollback after spilling drops the spill file's rows too
     assert run(ChangeDecoder("f", segment_bytes=4096), events[:-1] + [query_event("ROLLBACK")]) == []
 
+
+
+@pytest.mark.parametrize("block", [1, 97, 1000])
+def test_spill_file_read_back_in_small_blocks(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Records straddle the blocks the spill reader reads (1 MiB in real use).
+    monkeypatch.setattr(changes_module, "_SPILL_READ", block)
+    insert = statement_parts("ints")[0]
+    events = [fde(), gtid_event(31)] + insert * 60 + [xid_event()]
+    decoder = ChangeDecoder("f", segment_bytes=2048)
+    got = run(decoder, events)
+    assert decoder.spilled_groups == 1 and len(got) == 240
+    assert [c[:13] for c in got] == [c[:13] for c in run(ChangeDecoder("f"), events)]
+
+
+def test_truncated_spill_file_is_an_error() -> None:
+    insert = statement_parts("ints")[0]
+    decoder = ChangeDecoder("f", segment_bytes=2048)
+    run(decoder, [fde(), gtid_event(32)] + insert * 60)
+    group = decoder._group
+    assert group is not None and group.spill is not None
+    group.spill.truncate(group.spilled - 10)
+    with pytest.raises(ChangeDecodeError, match="spill file truncated"):
+        list(decoder.feed(4, xid_event()))
 
 def test_standalone_ddl_nontransactional_commit_and_unfinished_group() -> None:
     insert = statement_parts("ints")[0]
