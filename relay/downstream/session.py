@@ -216,7 +216,16 @@ class _Session:
             checksum_declared="master_binlog_checksum" in variables or "source_binlog_checksum" in variables,
             first_rotate_crc=str(checksum).upper() == "CRC32",
             ignore_server_ids=self.context.ignore_server_ids,
-            send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS))
+            send_annotate_rows=bool(flags & DUMP_FLAG_SEND_ANNOTATE_ROWS),
+            replica_capability=self._replica_capability())
+
+    def _replica_capability(self) -> int:
+        """@mariadb_slave_capability as the primary reads it: 0 when unset or not a number."""
+        value = self.variables.values.get("mariadb_slave_capability")
+        try:
+            return int(float(str(value))) if value is not None else 0
+        except ValueError:
+            return 0
 
     def _wants_semi_sync(self) -> bool:
         return any(str(self.variables.values.get(name, 0)) not in ("0", "None")
@@ -316,6 +325,8 @@ class _DumpSender:
                     continue
                 await self.session.flush()
                 if not self._is_current(file):
+                    if position < self.relay_log.file_end(file):
+                        continue  # the rest of the file was committed, and the next begun, meanwhile
                     return
                 if not self.blocking:
                     self.session.conn.send_eof()

@@ -241,8 +241,7 @@ class RelayLog:
         """Let readers see up to ``target`` (durable as the policy requires) and wake them."""
         name, end, self._last_event_start = target
         self.committed = (name, end)
-        self._commit_event.set()
-        self._commit_event = trio.Event()
+        self._wake_readers()
         if time.monotonic() - self._last_checkpoint >= self._checkpoint_interval:
             if self._durable_pos < end:  # the checkpoint must name durable bytes only
                 self._fsync()
@@ -303,7 +302,12 @@ class RelayLog:
         self._write_pos = self._durable_pos = 4
         self._last_event_start = 4
         self.committed = (name, 4)
+        self._wake_readers()
         self._write_checkpoint()
+
+    def _wake_readers(self) -> None:
+        self._commit_event.set()
+        self._commit_event = trio.Event()
 
     def _create_file(self, name: str) -> None:
         fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
