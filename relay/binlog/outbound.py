@@ -12,6 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from . import events as ev
+from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
 
 _GROUP_STARTS = frozenset({ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT,
@@ -36,6 +37,7 @@ class DumpOptions:
     first_rotate_crc: bool  # ... and set it to a CRC algorithm
     ignore_server_ids: frozenset[int] = frozenset()
     send_annotate_rows: bool = True
+    replica_capability: int = CAPABILITY_GTID  # @mariadb_slave_capability: below 4, events are rewritten
     gtid_skip_through: dict[int, int] | None = None  # MariaDB GTID dump: domain -> last seq the replica has
 
 
@@ -73,7 +75,7 @@ class OutboundStream:
         own server_id, which it stops at."""
         options = self.options
         return (not options.ignore_server_ids and options.send_annotate_rows and not options.gtid_skip_through
-                and self._skipping is None)
+                and options.replica_capability >= CAPABILITY_GTID and self._skipping is None)
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
@@ -85,6 +87,8 @@ class OutboundStream:
         ignored = self.options.ignore_server_ids
         own = self.options.replica_server_id
         send_annotate = self.options.send_annotate_rows
+        capability = self.options.replica_capability
+        crc = self.checksum_alg == ev.CHECKSUM_CRC32
         skip_through = self.options.gtid_skip_through
         for event in events:
             etype = event[4]
@@ -103,8 +107,13 @@ class OutboundStream:
                     self._groups.ends_group(etype, event)
                     self._count(reason)
                     continue
-            if etype == ev.ANNOTATE_ROWS_EVENT and not send_annotate:
-                continue
+            if capability < CAPABILITY_GTID or (etype == ev.ANNOTATE_ROWS_EVENT and not send_annotate):
+                try:
+                    event = for_replica(event, capability, send_annotate, crc)  # type: ignore[assignment]
+                except IncompatibleEvent as exc:
+                    raise DumpRefused(str(exc)) from None
+                if event is None:
+                    continue
             append(event)
         return out
 

@@ -17,6 +17,7 @@ from relay.storage.compare import copy_differences
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
     FIRST_FILE,
+    dump_events,
     mixed_workload,
     relay_factory,
     wait_binlog_settled,
@@ -169,5 +170,36 @@ def test_mysql_replication_reader_sees_what_the_primary_sends(mariadb_factory, r
     assert {name for name, _, _ in direct} >= {"WriteRowsEvent", "UpdateRowsEvent", "DeleteRowsEvent",
                                                "QueryEvent", "XidEvent", "RotateEvent", "FormatDescriptionEvent"}
     assert relayed == direct
+    assert relay.stop() == 0
+    assert "Traceback" not in relay.log_text()
+
+
+# mariadb_slave_capability -> what a MariaDB primary does to the events such a replica cannot parse
+GTID_EVENT, GTID_LIST_EVENT, BINLOG_CHECKPOINT_EVENT, ANNOTATE_ROWS_EVENT, QUERY_EVENT = 162, 163, 161, 160, 2
+
+
+@pytest.mark.parametrize("capability", [None, 1, 2, 3])
+def test_replicas_without_gtid_support_get_what_the_primary_sends_them(mariadb_factory, relay_factory,
+                                                                        capability):
+    """GTID events become BEGIN (or same-sized dummies), events the replica cannot parse become
+    dummies or, from capability 2 on, are left out: byte for byte as the primary does it."""
+    primary = mariadb_factory(server_id=1, extra_args=["--binlog-format=ROW"])
+    relay = relay_factory("relay", primary.port)
+    mixed_workload(primary, batches=2)
+    primary.execute_many(["CREATE TABLE shop.standalone (id INT) ENGINE=MyISAM",
+                          "INSERT INTO shop.standalone VALUES (1)"])  # a GTID without BEGIN/COMMIT
+    wait_binlog_settled(primary)
+    wait_for_mirror(primary, relay)
+    sent_types: set[int] = set()
+    for file, _ in primary.binlog_files():
+        direct = dump_events(primary.port, file, 4, 77, register=False, capability=capability)
+        relayed = dump_events(relay.port, file, 4, 78, register=False, capability=capability)
+        stored = [(e.log_pos, e.data) for e in direct if e.log_pos]  # not the fake ROTATE
+        assert [(e.log_pos, e.data) for e in relayed if e.log_pos] == stored, file
+        sent_types |= {e.type for e in direct}
+    assert GTID_EVENT not in sent_types and QUERY_EVENT in sent_types
+    assert (GTID_LIST_EVENT in sent_types) is False
+    assert (ANNOTATE_ROWS_EVENT in sent_types) == (capability == 1)  # (the dump did not ask for them)
+    assert (BINLOG_CHECKPOINT_EVENT in sent_types) == (capability == 3)
     assert relay.stop() == 0
     assert "Traceback" not in relay.log_text()

@@ -417,13 +417,15 @@ class RawClient:
 
 
 def dump_events(port: int, file: str, position: int, server_id: int, *, register: bool = True,
-                checksum: bool = True, connect_state: str | None = None) -> list[Event]:
+                checksum: bool = True, connect_state: str | None = None, capability: int | None = 4) -> list[Event]:
     """A non-blocking raw dump from the relay: every event it sends (fake ROTATEs and FDEs included).
-    With register, it sends COM_REGISTER_SLAVE first, as replicas do (tools such as mariadb-binlog don't)."""
+    With register, it sends COM_REGISTER_SLAVE first, as replicas do (tools such as mariadb-binlog don't).
+    ``capability``: the @mariadb_slave_capability to announce (None: say nothing, as MySQL replicas)."""
     with RawClient(port) as client:
         if checksum:
             client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
-        client.query("SET @mariadb_slave_capability = 4")
+        if capability is not None:
+            client.query(f"SET @mariadb_slave_capability = {capability}")
         if connect_state is not None:
             client.query(f"SET @slave_connect_state = '{connect_state}'")
         if register:
