@@ -8,8 +8,6 @@ import logging
 import signal
 import sys
 
-import trio
-
 from . import __version__
 from .config import ConfigError, load_config, native_password_hash
 from .logs import setup_logging
@@ -32,13 +30,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .storage.files import DataDirError
     from .upstream import FatalIngestError
     from .binlog.stream import StreamError
+    from .trio_run import run_trio
 
     config = _load(args.config)
     setup_logging(config.logging.level, config.logging.format)
     try:
         # Until trio takes over the signals, a SIGTERM simply ends the process cleanly.
         signal.signal(signal.SIGTERM, _exit_on_signal)
-        trio.run(run_until_signalled, config)
+        run_trio(run_until_signalled, config)  # errors come out of their ExceptionGroups
     except (DataDirError, FatalIngestError, StreamError) as err:
         logging.getLogger("relay").error("%s", err)
         return 1

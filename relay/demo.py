@@ -49,6 +49,7 @@ from .protocol.packets import ServerError
 from .protocol.resultset import ResultSet
 from .storage.compare import copy_differences
 from .storage.relaylog import RelayLog
+from .trio_run import run_trio
 from .upstream import UpstreamSettings, connect
 
 Position = tuple[str, int]
@@ -513,7 +514,8 @@ def run_in(work_dir: Path, seconds: float | None, out: TextIO) -> Verdict:
         replica.start()
         print(f"replica: mariadbd pid {replica.pid}, {HOST}:{replica.port}, server_id {REPLICA_SERVER_ID}, "
               f"datadir {replica.datadir}", file=out, flush=True)
-        return trio.run(run_with_servers, primary, replica, work_dir, seconds, out)
+        # run_trio: a second Ctrl-C must reach run_demo as KeyboardInterrupt, not inside an ExceptionGroup
+        return run_trio(run_with_servers, primary, replica, work_dir, seconds, out)
     except Exception as exc:  # noqa: BLE001 - a demo reports every failure as its verdict
         traceback.print_exc(file=sys.stderr)
         return Verdict(False, f"the demo stopped: {_describe(exc)}")

@@ -1,0 +1,31 @@
+"""trio.run for the command line entry points, with the same exceptions on every trio the project allows."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import trio
+
+T = TypeVar("T")
+
+
+def run_trio(async_fn: Callable[..., Awaitable[T]], *args: object) -> T:
+    """trio.run(async_fn, *args); an exception that ends the run on its own is raised as itself.
+
+    Since trio 0.25 nurseries default to strict_exception_groups: whatever escapes one is wrapped in an
+    ExceptionGroup, once per nursery it crosses (`binlog-relay run` nests three), where trio 0.22 let a
+    lone exception through unchanged. The callers choose the exit code and the message by catching
+    DataDirError, OSError, KeyboardInterrupt..., so a lone exception is taken out of its groups here.
+    A group of several exceptions (genuinely concurrent failures) is raised unchanged.
+    """
+    try:
+        return trio.run(async_fn, *args)
+    except BaseExceptionGroup as group:
+        lone: BaseException = group
+        while isinstance(lone, BaseExceptionGroup) and len(lone.exceptions) == 1:
+            lone = lone.exceptions[0]
+        if isinstance(lone, BaseExceptionGroup):
+            raise
+        # `from lone.__cause__` keeps its own cause and leaves the group out of the traceback.
+        raise lone from lone.__cause__
