@@ -191,7 +191,8 @@ class _Session:
         self.conn.semi_sync = self._wants_semi_sync()
         registry = self.context.registry
         registry.start_dump(state)
-        log.info("downstream %s: dump for server_id %d from %s:%d", self.peer, server_id, file or "(first)", position)
+        log.info("downstream %s: dump for server_id %d from %s:%d%s", self.peer, server_id, file or "(first)", position,
+                 f" (GTID position {connect_state})" if options.gtid_skip_through is not None else "")
         try:
             with state.cancel_scope:
                 outbound = OutboundStream(options, skipped=registry.groups_filtered)
@@ -332,7 +333,7 @@ class _DumpSender:
                     self.session.conn.send_eof()
                     await self.session.flush()
                     raise _DumpFinished()
-                await self._wait_for_more(file, position)
+                await self._wait_for_more(file, end)
 
     def _is_current(self, file: str) -> bool:
         committed = self.relay_log.committed
@@ -379,8 +380,8 @@ class _DumpSender:
         registry.bytes_sent += size
         self.state.last_event_timestamp = last_timestamp
 
-    async def _wait_for_more(self, file: str, position: int) -> None:
-        seen = self.relay_log.committed
+    async def _wait_for_more(self, file: str, end: int) -> None:
+        seen = (file, end)  # the committed end last looked at: a commit since then returns at once
         if self.heartbeat_period is None:
             await self.relay_log.wait_for_commit(seen)
             return

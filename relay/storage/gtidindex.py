@@ -28,10 +28,11 @@ class GtidIndex:
         self._file_start: dict[str, dict[int, Gtid]] = {}
         self._tail: tuple[str, int, dict[int, Gtid]] | None = None  # file, offset scanned, state there
 
-    def file_start_state(self, name: str) -> dict[int, Gtid]:
-        """The GTID_LIST near the start of ``name``: every domain's last GTID before the file."""
+    def file_start_state(self, name: str) -> dict[int, Gtid] | None:
+        """The GTID_LIST near the start of ``name``: every domain's last GTID before the file;
+        None while the newest file's GTID_LIST is not committed yet (not known, not cached)."""
         if name not in self._file_start:
-            state: dict[int, Gtid] = {}
+            state: dict[int, Gtid] | None = None
             with open(self.relay_log.path(name), "rb") as stored:
                 for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 20)):
                     if event[4] == ev.GTID_LIST_EVENT:
@@ -39,9 +40,27 @@ class GtidIndex:
                                  for g in ev.parse_gtid_list(event)}
                         break
                     if event[4] not in (ev.FORMAT_DESCRIPTION_EVENT, ev.START_ENCRYPTION_EVENT):
+                        state = {}  # a file without GTID_LIST (not MariaDB's format)
                         break
+            if state is None:
+                return None
             self._file_start[name] = state
         return dict(self._file_start[name])
+
+    def _state_before(self, name: str) -> dict[int, Gtid]:
+        """The state at the start of ``name``, from the file before it while its own GTID_LIST
+        is not committed yet (the two are the same)."""
+        state = self.file_start_state(name)
+        if state is not None:
+            return state
+        files = self.relay_log.files
+        index = files.index(name) if name in files else 0
+        if index == 0:
+            return {}
+        previous = files[index - 1]
+        state = self._state_before(previous)
+        self._scan(previous, 4, self.relay_log.file_end(previous), state)
+        return state
 
     def current_state(self) -> dict[int, Gtid]:
         """@@gtid_binlog_pos: the last GTID of every domain up to the committed end."""
@@ -50,7 +69,9 @@ class GtidIndex:
             return {}
         name, end = committed
         if self._tail is None or self._tail[0] != name:
-            self._tail = (name, 4, self.file_start_state(name))
+            if self.file_start_state(name) is None:
+                return self._state_before(name)  # nothing of this file is committed yet
+            self._tail = (name, 4, self._state_before(name))
         _, scanned, state = self._tail
         state = dict(state)
         scanned = self._scan(name, scanned, end, state)
@@ -59,7 +80,7 @@ class GtidIndex:
 
     def position_at(self, name: str, position: int) -> dict[int, Gtid]:
         """binlog_gtid_pos(file, pos): the state after every group that ends before ``position``."""
-        state = self.file_start_state(name)
+        state = self._state_before(name)
         self._scan(name, 4, min(position, self.relay_log.file_end(name)), state)
         return state
 
@@ -85,6 +106,8 @@ class GtidIndex:
         files = self.relay_log.files
         for name in reversed(files):
             start = self.file_start_state(name)
+            if start is None:
+                continue  # the newest file, its GTID_LIST not committed yet: start in the one before
             if all(start_gtid.seq_no <= _seq(requested, domain) for domain, start_gtid in start.items()):
                 if strict:
                     self._check_strict(name, requested)
@@ -94,8 +117,8 @@ class GtidIndex:
 
     def _check_strict(self, first_file: str, requested: dict[int, Gtid]) -> None:
         """In strict mode the exact GTID the replica has must be in the binlog (same server_id)."""
-        pending = {d: g for d, g in requested.items() if g.seq_no > self.file_start_state(first_file).get(
-            d, Gtid(d, 0, 0)).seq_no}
+        start = self._state_before(first_file)
+        pending = {d: g for d, g in requested.items() if g.seq_no > start.get(d, Gtid(d, 0, 0)).seq_no}
         if not pending:
             return
         for name in self.relay_log.files[self.relay_log.files.index(first_file):]:

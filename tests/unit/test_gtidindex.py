@@ -1,0 +1,45 @@
+"""Where a GTID dump starts, while the newest file has nothing committed but its header: the
+window between a rotation and the commit of the new file's GTID_LIST (group commit makes it
+last an fsync)."""
+
+from relay.binlog import events as ev
+from relay.binlog.groups import GroupTracker
+from relay.binlog.gtid import parse_gtid_position
+from relay.binlog.stream import Segment
+from relay.storage.gtidindex import GtidIndex
+from relay.storage.relaylog import RelayLog
+from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
+
+BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
+FIRST, SECOND = "mysql-bin.000001", "mysql-bin.000002"
+
+
+def _whole_file_segment(name: str) -> Segment:
+    events = file_events(BINLOG)
+    tracker = GroupTracker()
+    ends = [(offset, offset + len(event)) for offset, event in events if tracker.ends_group(event[4], event)]
+    last_start, end = ends[-1]
+    return Segment(name, 4, [memoryview(e) for _, e in events], len(BINLOG) - 4, end, last_start, new_file=True)
+
+
+def _gtids(data: bytes) -> list[str]:
+    return [f"{g.domain_id}-{g.server_id}-{g.seq_no}" for _, e in file_events(data) if e[4] == ev.GTID_EVENT
+            for g in [ev.parse_mariadb_gtid(e)]]
+
+
+def test_a_new_file_without_its_gtid_list_yet_is_not_where_a_replica_starts(tmp_path):
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    relay_log.apply([_whole_file_segment(FIRST)])
+    fde = file_events(BINLOG)[0][1]
+    assert fde[4] == ev.FORMAT_DESCRIPTION_EVENT
+    relay_log.apply([Segment(SECOND, 4, [memoryview(fde)], len(fde), None, 0, new_file=True)])
+    assert relay_log.committed == (SECOND, 4)  # the FDE is written, not committed
+    index = GtidIndex(relay_log)
+    gtids = _gtids(BINLOG)
+    assert len(gtids) > 2
+    plan = index.plan_dump(gtids[0], strict=False)
+    assert plan.file == FIRST  # (the new file would skip everything after gtids[0])
+    assert index.current_state() == parse_gtid_position(gtids[-1])
+    assert index.position_at(SECOND, 4) == parse_gtid_position(gtids[-1])
+    relay_log.close()
