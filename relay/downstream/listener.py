@@ -97,13 +97,19 @@ class Downstream:
         await trio.serve_listeners(self._handle, listeners)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
-        host, port = stream.socket.getpeername()[:2]
+        try:
+            host, port = stream.socket.getpeername()[:2]
+        except OSError:  # gone before we looked: nothing to serve, nothing to tell
+            await trio.aclose_forcefully(stream)
+            return
         peer = f"{host}:{port}"
         if self.active_connections >= self.config.listen.max_connections:
             log.warning("downstream %s: refused, %d connections already", peer, self.active_connections)
             data, _ = frame(build_err(proto.ER_CON_COUNT_ERROR, "Too many connections", "08004"), 0)
             try:
                 await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # a refused client that already left must not end the listener
             finally:
                 await trio.aclose_forcefully(stream)
             return

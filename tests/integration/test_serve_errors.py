@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -242,6 +243,10 @@ def test_max_connections(mariadb_factory, relay_factory):
         message = _refused_with(ER_CON_COUNT_ERROR, lambda: served.connect())
         assert "Too many connections" in message
         served.still_replicates("while full")
+        for _ in range(50):  # refused clients that reset the connection at once
+            with socket.create_connection(("127.0.0.1", served.relay.port), timeout=10) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        served.still_replicates("after refused clients that reset at once")
         held.pop().close()
         conn = wait_for(lambda: served.connect(), 10, "a slot did not come free",
                         ignore=(pymysql.err.OperationalError,))
