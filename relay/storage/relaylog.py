@@ -50,6 +50,7 @@ class RelayLog:
         self._committer_running = False
         self._commit_wanted = trio.Event()
         self._generation = 0  # bumped when written bytes are cut: an fsync in flight is then stale
+        self._fsync_failed = False  # then nothing written since the last good fsync is committed
         self._fd: int | None = None
         self._write_pos = 0
         self._durable_pos = 0  # fsynced prefix of the current file
@@ -199,6 +200,11 @@ class RelayLog:
             started = time.monotonic()
             await trio.to_thread.run_sync(os.fsync, fd)
             self.fsync_seconds.append(time.monotonic() - started)
+        except OSError as exc:
+            self._fsync_failed = True
+            # After a failed fsync the kernel may have dropped the dirty pages: retrying could
+            # report success for data that is gone, so nothing more is acknowledged.
+            raise DataDirError(f"fsync of {self.path(target[0])} failed: {exc}; stopping ingest") from exc
         finally:
             os.close(fd)
         # stale if the bytes were cut meanwhile, or a rotation committed the file synchronously
@@ -212,7 +218,7 @@ class RelayLog:
         self._publish(target)
 
     def commit_now(self) -> None:
-        if self._pending_commit is not None:
+        if self._pending_commit is not None and not self._fsync_failed:
             self._after_commit()
 
     def _write(self, chunks: list[memoryview], size: int) -> None:

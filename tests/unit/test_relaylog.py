@@ -178,3 +178,25 @@ async def test_bytes_cut_during_an_fsync_are_never_published(tmp_path, nursery, 
     assert relay_log.committed == (NAME, 4)
     assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
     relay_log.close()
+
+
+async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeypatch):
+    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log.open()
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        if threading.current_thread() is not threading.main_thread():  # the committer's worker
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    first, *_ = _group_segments(BINLOG)
+    with pytest.raises(DataDirError, match=f"fsync of .*{NAME} failed: .*Input/output error"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay_log.run_committer)
+            await trio.testing.wait_all_tasks_blocked()
+            relay_log.apply([first])
+    assert relay_log.committed == (NAME, 4)  # nothing acknowledged
+    relay_log.close()  # nor at close: the written group is cut, not fsynced again and kept
+    assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
