@@ -184,8 +184,7 @@ class Upstream:
     def _lost(self) -> None:
         self.status.connected = False
         self.status.connected_event = trio.Event()
-        self.relay_log.commit_now()  # whole groups waiting for the committer's fsync are kept
-        self.relay_log.discard_uncommitted()
+        self.relay_log.keep_whole_groups()
 
     async def _replicate_once(self) -> None:
         conn = await connect(self.settings)

@@ -502,7 +502,7 @@ def _datetime_or_text(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int,
         return _datetime(y, mo, d, h, mi, s, us)
     except ValueError:
         # Zero dates, zero parts, or values Python cannot hold: the server's text form.
-        return f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}" + _frac_text(us, fsp)
+        return f"{_date_text(y, mo, d)} {h:02d}:{mi:02d}:{s:02d}" + _frac_text(us, fsp)
 
 
 def _date(buf: bytes, pos: int) -> tuple[_dt.date | str, int]:
@@ -512,7 +512,12 @@ def _date(buf: bytes, pos: int) -> tuple[_dt.date | str, int]:
     try:
         return _dt.date(y, mo, d), pos + 3
     except ValueError:
-        return f"{y:04d}-{mo:02d}-{d:02d}", pos + 3
+        return _date_text(y, mo, d), pos + 3
+
+
+def _date_text(y: int, mo: int, d: int) -> str:
+    """A date Python cannot hold (zero dates, day 0), as MariaDB prints it."""
+    return f"{y:04d}-{mo:02d}-{d:02d}"
 
 
 def _time_from_hms(negative: bool, h: int, mi: int, s: int, us: int) -> _dt.timedelta:
@@ -890,10 +895,6 @@ def _date_lines(v: str, t: list[str], c: str) -> list[str]:
             f"    {v} = _date(x >> 9, (x >> 5) & 15, x & 31)",
             "except ValueError:",
             f"    {v} = _date_text(x >> 9, (x >> 5) & 15, x & 31)"]
-
-
-def _date_text(y: int, mo: int, d: int) -> str:
-    return f"{y:04d}-{mo:02d}-{d:02d}"
 
 
 def _datetime2_plan(fsp: int) -> Inline:

@@ -221,12 +221,9 @@ class _Session:
             replica_capability=self._replica_capability())
 
     def _replica_capability(self) -> int:
-        """@mariadb_slave_capability as the primary reads it: 0 when unset or not a number."""
+        """@mariadb_slave_capability: 0 (nothing understood) when unset or not a number."""
         value = self.variables.values.get("mariadb_slave_capability")
-        try:
-            return int(float(str(value))) if value is not None else 0
-        except ValueError:
-            return 0
+        return int(value) if isinstance(value, (int, float)) else 0
 
     def _wants_semi_sync(self) -> bool:
         return any(str(self.variables.values.get(name, 0)) not in ("0", "None")
@@ -320,19 +317,19 @@ class _DumpSender:
             position = max(position, 4 + len(fde)) if position == 4 else position
             self.outbound.position = position
             while True:
+                # end and _is_current are read together, with no await between: a file that is
+                # no longer current was finished before ``end`` was read, so ``end`` is its size
                 end = self.relay_log.file_end(file)
                 if position < end:
                     position = await self._send_run(stored, position, end)
                     continue
-                await self.session.flush()
                 if not self._is_current(file):
-                    if position < self.relay_log.file_end(file):
-                        continue  # the rest of the file was committed, and the next begun, meanwhile
                     return
                 if not self.blocking:
                     self.session.conn.send_eof()
                     await self.session.flush()
                     raise _DumpFinished()
+                await self.session.flush()
                 await self._wait_for_more(file, end)
 
     def _is_current(self, file: str) -> bool:

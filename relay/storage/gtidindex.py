@@ -69,9 +69,10 @@ class GtidIndex:
             return {}
         name, end = committed
         if self._tail is None or self._tail[0] != name:
-            if self.file_start_state(name) is None:
+            start = self.file_start_state(name)
+            if start is None:
                 return self._state_before(name)  # nothing of this file is committed yet
-            self._tail = (name, 4, self._state_before(name))
+            self._tail = (name, 4, start)
         _, scanned, state = self._tail
         state = dict(state)
         scanned = self._scan(name, scanned, end, state)

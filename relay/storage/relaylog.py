@@ -49,7 +49,6 @@ class RelayLog:
         self._pending_commit: tuple[str, int, int] | None = None
         self._committer_running = False
         self._commit_wanted = trio.Event()
-        self._generation = 0  # bumped when written bytes are cut: an fsync in flight is then stale
         self._fsync_failed = False  # then nothing written since the last good fsync is committed
         self._fd: int | None = None
         self._write_pos = 0
@@ -77,8 +76,7 @@ class RelayLog:
 
     def close(self) -> None:
         if self._fd is not None:
-            self.commit_now()  # whole groups held back for group commit are kept
-            self.discard_uncommitted()
+            self.keep_whole_groups()
             self._fsync()
             self._write_checkpoint()
             os.close(self._fd)
@@ -194,7 +192,7 @@ class RelayLog:
             self._committer_running = False
 
     async def _commit_in_thread(self, target: tuple[str, int, int]) -> None:
-        generation, written = self._generation, self._write_pos
+        written = self._write_pos
         fd = os.dup(self._fd)  # type: ignore[arg-type]  # ingest may close its own at a rotation meanwhile
         try:
             started = time.monotonic()
@@ -207,19 +205,14 @@ class RelayLog:
             raise DataDirError(f"fsync of {self.path(target[0])} failed: {exc}; stopping ingest") from exc
         finally:
             os.close(fd)
-        # stale if the bytes were cut meanwhile, or a rotation committed the file synchronously
-        if generation != self._generation or self.committed is None or target[0] != self.committed[0] \
-                or target[1] <= self.committed[1]:
+        # stale when a rotation or keep_whole_groups committed past it meanwhile (without waiting)
+        if self.committed is None or target[0] != self.committed[0] or target[1] <= self.committed[1]:
             return
         self._last_sync = time.monotonic()
         self._durable_pos = max(self._durable_pos, written)
         if self._pending_commit == target:
             self._pending_commit = None
         self._publish(target)
-
-    def commit_now(self) -> None:
-        if self._pending_commit is not None and not self._fsync_failed:
-            self._after_commit()
 
     def _write(self, chunks: list[memoryview], size: int) -> None:
         fd = self._fd
@@ -278,14 +271,17 @@ class RelayLog:
         write_state(self.data_dir, self.state)
         self._last_checkpoint = time.monotonic()
 
-    def discard_uncommitted(self) -> None:
-        """After a lost upstream: cut the partial group so the resumed dump continues cleanly."""
+    def keep_whole_groups(self) -> None:
+        """After a lost upstream and at close: commit the whole groups written (those waiting
+        for the committer's fsync too, but nothing after a failed fsync), then cut the partial
+        group behind them, so the resumed dump continues cleanly."""
         if self._fd is None or self.committed is None:
             return
+        if self._pending_commit is not None and not self._fsync_failed:
+            self._after_commit()
         # Unconditionally: a write that failed half-way (disk full) moved the file offset
         # without moving _write_pos.
         end = self.committed[1]
-        self._generation += 1
         os.ftruncate(self._fd, end)
         os.lseek(self._fd, end, os.SEEK_SET)
         self._write_pos = end

@@ -99,7 +99,7 @@ def test_uncommitted_tail_is_discarded(tmp_path):
     relay_log.apply([Segment(NAME, 4, chunks, cut - 4, ends[2],
                              max(o for o, e in events if o + len(e) == ends[2]), new_file=True)])
     assert relay_log.committed == (NAME, ends[2])
-    relay_log.discard_uncommitted()
+    relay_log.keep_whole_groups()
     relay_log.close()
     assert (tmp_path / NAME).read_bytes() == BINLOG[: ends[2]]
 
@@ -151,7 +151,8 @@ async def test_committer_publishes_only_after_its_fsync_and_shares_one_among_gro
     assert (tmp_path / NAME).read_bytes() == BINLOG
 
 
-async def test_bytes_cut_during_an_fsync_are_never_published(tmp_path, nursery, monkeypatch):
+async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_rest(tmp_path, nursery,
+                                                                                     monkeypatch):
     relay_log = RelayLog(tmp_path, sync="commit")
     relay_log.open()
     nursery.start_soon(relay_log.run_committer)
@@ -166,18 +167,23 @@ async def test_bytes_cut_during_an_fsync_are_never_published(tmp_path, nursery, 
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", slow_fsync)
-    first, second, *_ = _group_segments(BINLOG)
+    first, second, third, *_ = _group_segments(BINLOG)
     relay_log.apply([first])
     await trio.to_thread.run_sync(in_fsync.wait, 10)
     relay_log.apply([second])
-    relay_log.discard_uncommitted()  # a lost upstream while the fsync is in flight
+    partial = third.chunks[0]  # written, its group end not yet received: a partial group
+    relay_log.apply([Segment(NAME, third.start, [partial], len(partial), None)])
+    relay_log.keep_whole_groups()  # a lost upstream while the committer's fsync is in flight
+    second_end = second.committed_end
+    assert relay_log.committed == (NAME, second_end)
+    synced = len(relay_log.fsync_seconds)  # keep_whole_groups' own fsync among them
     release.set()
     with trio.fail_after(10):
-        while not relay_log.fsync_seconds:  # the committer is back from its fsync (and decided)
+        while len(relay_log.fsync_seconds) == synced:  # the committer is back from its fsync (and decided)
             await trio.sleep(0.001)
-    assert relay_log.committed == (NAME, 4)
-    assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
+    assert relay_log.committed == (NAME, second_end), "the late fsync moved the committed end back"
     relay_log.close()
+    assert (tmp_path / NAME).read_bytes() == BINLOG[:second_end]
 
 
 async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeypatch):

@@ -12,8 +12,9 @@ async def _raise_in_nested_nurseries(exc: BaseException) -> None:
     async def fail() -> None:
         raise exc
 
-    async with trio.open_nursery() as outer:
-        async with trio.open_nursery() as inner:
+    # strict, as every nursery is from trio 0.25 on: the test means the same on the trio CI runs
+    async with trio.open_nursery(strict_exception_groups=True) as outer:
+        async with trio.open_nursery(strict_exception_groups=True) as inner:
             inner.start_soon(fail)
             outer.start_soon(trio.sleep_forever)
 
