@@ -351,6 +351,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
                        "bytes": total, "mib": mib(total), "events": runner.total_events},
             "machine": machine_info(),
+            "relay_loop": relay_loop(),
             "workdir": str(runner.workdir),
             "sync_variants": args.sync,
             "rounds": args.rounds,
@@ -420,6 +421,13 @@ def summarize(runs: list[dict[str, Any]], syncs: list[str]) -> dict[str, Any]:
     return summary
 
 
+def relay_loop() -> str:
+    """Which inner loop the relay runs: the compiled one (relay/binlog/_scan.c) or Python's."""
+    from relay.binlog import stream
+
+    return "compiled" if stream._compiled_scan is not None else "python (relay/binlog/_scan.c not built)"
+
+
 def report(results: dict[str, Any]) -> str:
     binlog = results["binlog"]
     primary = results["primary"]
@@ -427,7 +435,8 @@ def report(results: dict[str, Any]) -> str:
         f"Ingest benchmark: MariaDB {primary['version']} on 127.0.0.1:{primary['port']}, binlog of "
         f"{len(binlog['files'])} files, {binlog['mib']:.1f} MiB ({binlog['bytes']:,} bytes), "
         f"{binlog['events']:,} events, checksum {primary['binlog_checksum']}; "
-        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start",
+        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start; "
+        f"relay inner loop: {results['relay_loop']}",
         "",
         "Runs (every copy checked byte for byte against the primary's files):",
         table(["round", "tool", "seconds", "MiB/s", "M events/s", "process s", "CPU usr+sys s",

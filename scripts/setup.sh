@@ -27,20 +27,41 @@ install_debian() {
   local what=$1 programs=$2 packages=$3 missing p
   missing=$(for p in $programs; do have "$p" || echo "$p"; done | tr '\n' ' ')
   [[ -z ${missing// /} ]] && return 0
+  apt_install "$what" "$packages" "missing: $missing"
+  missing=$(for p in $programs; do have "$p" || echo "$p"; done | tr '\n' ' ')
+  [[ -z ${missing// /} ]] || { log "still missing after apt-get install: $missing"; exit 1; }
+}
+
+# apt_install "what" "package ..." "why": apt-get install as root, else say what to install, exit 1.
+apt_install() {
+  local what=$1 packages=$2 why=$3
   if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
-    log "missing $what programs: $missing"
+    log "missing $what ($why)"
     log "install them, then run this again:  sudo apt-get install -y $packages"
     exit 1
   fi
-  log "installing $packages (missing: $missing)"
+  log "installing $packages ($why)"
   local created_policy=no
   deny_service_starts && created_policy=yes
   apt-get update -q
   # shellcheck disable=SC2086  # word splitting of the package list is wanted
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages
   [[ $created_policy == no ]] || allow_service_starts
-  missing=$(for p in $programs; do have "$p" || echo "$p"; done | tr '\n' ' ')
-  [[ -z ${missing// /} ]] || { log "still missing after apt-get install: $missing"; exit 1; }
+}
+
+python_headers_present() {
+  "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+
+# The relay's compiled inner loop (relay/binlog/_scan.c) needs a C compiler and Python's headers.
+# Without them the package still installs and runs the same loop in Python, only slower; the
+# tests check that the compiled loop is built, so test.sh installs them.
+install_c_build_tools() {
+  install_debian "C compiler" "gcc" "gcc libc6-dev"
+  python_headers_present && return 0
+  apt_install "Python C headers" "python3-dev" "no Python.h for $PYTHON"
+  python_headers_present || { log "still no Python.h for $PYTHON after installing python3-dev"; exit 1; }
 }
 
 install_mariadb() {
@@ -52,7 +73,7 @@ install_mariadb() {
 python_deps_current() {
   # -P: not the cwd first on sys.path, where a stale binlog_relay.egg-info may lie.
   "$PYTHON" -P - > /dev/null 2>&1 <<'PY'
-import json, pathlib, tomllib
+import json, pathlib, shutil, tomllib
 from importlib import metadata
 from packaging.requirements import Requirement
 
@@ -66,6 +87,10 @@ assert direct_url.get("url") == root.as_uri() and direct_url["dir_info"]["editab
 assert dist.version == project["version"]
 meta = next(f for f in dist.files if f.name == "METADATA").locate()
 assert pathlib.Path(meta).stat().st_mtime >= pyproject.stat().st_mtime
+# The install builds the compiled loop when there is a compiler: then it must be newer than its source.
+if shutil.which("gcc") or shutil.which("cc"):
+    built = next(root.glob("relay/binlog/_scan.*.so"))
+    assert built.stat().st_mtime >= (root / "relay/binlog/_scan.c").stat().st_mtime
 for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
     req = Requirement(spec)
     if req.marker is None or req.marker.evaluate():

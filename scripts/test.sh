@@ -9,7 +9,9 @@
 #      see tests/support/mariadb.py): installed with apt-get when missing and run as root,
 #      otherwise the script says what to install and exits 1. The packaged service is not
 #      needed and is kept from starting.
-#   2. The project and its test extra: pip install -e '.[test]'.
+#   2. gcc and Python's C headers, for the compiled inner loop (relay/binlog/_scan.c), which
+#      the tests require (without them the relay itself runs, slower): apt-get as for MariaDB.
+#   3. The project and its test extra: pip install -e '.[test]'.
 # Env: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,6 +21,7 @@ source scripts/setup.sh
 install_mariadb
 install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
 install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline tests
+install_c_build_tools
 install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"

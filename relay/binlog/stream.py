@@ -21,6 +21,11 @@ from ..protocol.packets import is_eof, parse_err, ServerError
 from . import events as ev
 from .groups import GroupTracker
 
+try:
+    from ._scan import scan as _compiled_scan
+except ImportError:  # installed without a C compiler: the Python loop does the same, slower
+    _compiled_scan = None
+
 _HEADER_AFTER_STATUS = struct.Struct("<xIBIIIH")  # the 19-byte header behind the 00 status byte
 _U32_AT = struct.Struct("<I")
 # packet header (u24 length + seq), status byte, then the 19-byte event header: 24 bytes
@@ -38,6 +43,8 @@ _INSIDE_GROUP = frozenset({ev.TABLE_MAP_EVENT, 23, 24, 25, 30, 31, 32, 166, 167,
 _GENERAL, _GROUP_CONTENT, _MAY_END_GROUP = 0, 1, 2
 _KIND = [_GENERAL if t in _SPECIAL else _GROUP_CONTENT if t in _INSIDE_GROUP else _MAY_END_GROUP
          for t in range(256)]
+# What the compiled loop may take: group content, while a group is open (it then needs no decision).
+_COMPILED_KINDS = bytes(kind == _GROUP_CONTENT for kind in _KIND)
 
 
 class _Framing:
@@ -119,7 +126,7 @@ class Segment:
 
     file: str
     start: int
-    chunks: list[memoryview] = field(default_factory=list)
+    chunks: list[memoryview | bytes] = field(default_factory=list)
     size: int = 0
     committed_end: int | None = None
     last_event_start: int = 0  # start of the event that ends at committed_end
@@ -173,7 +180,8 @@ class DumpStream:
         Frames packets itself (one pass over the buffer, no object per packet) and handles
         the common event inline: sequence id, header, CRC32 (one zlib call over the whole
         event: a correct trailing CRC gives the constant residue), position, group end.
-        Anything unusual goes through ``_one``."""
+        Anything unusual goes through ``_one``.  Inside an open group, runs of group content
+        go through the compiled loop of _scan.c when it is built: the same checks, in C."""
         buf = self._framing.take(data)
         if buf is None:
             return []
@@ -195,7 +203,16 @@ class DumpStream:
         append = segments.append  # placeholder: the segment's chunks.append once one is open
         crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
         last_timestamp = self.last_event_timestamp
+        compiled_scan = _compiled_scan
         while pos + 4 <= size:
+            if fast and groups.state and compiled_scan is not None:
+                pos, seq, position, run = compiled_scan(buf, pos, seq, position, crc_on, _COMPILED_KINDS,
+                                                        counts, sizes)
+                if run is not None:
+                    append(run)
+                if pos + 4 > size:
+                    break
+                # the event it stopped at (a group end, a misfit or a split packet) is handled below
             if pos + 24 <= size:
                 word, status, timestamp, etype, event_length, log_pos, flags = packet_and_header(buf, pos)
             else:

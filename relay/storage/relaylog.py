@@ -214,7 +214,7 @@ class RelayLog:
             self._pending_commit = None
         self._publish(target)
 
-    def _write(self, chunks: list[memoryview], size: int) -> None:
+    def _write(self, chunks: list[memoryview | bytes], size: int) -> None:
         fd = self._fd
         assert fd is not None
         for first in range(0, len(chunks), _IOV_MAX):

@@ -5,8 +5,10 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from relay.binlog import events as ev
+from relay.binlog import stream as stream_module
 from relay.binlog.groups import GroupTracker
 from relay.binlog.stream import DumpStream, ResumePoint, StreamError, UpstreamEnded
 from relay.protocol.packets import PacketReader
@@ -134,12 +136,27 @@ def test_rotation_to_next_file():
     ]
 
 
+# ``receive`` runs group content through the compiled loop (relay/binlog/_scan.c) when it is
+# built, else through the same checks in Python: every receive test runs both ways.
+COMPILED_SCAN = stream_module._compiled_scan
+
+
+@pytest.fixture(params=["compiled", "python"])
+def scan_loop(request, monkeypatch):
+    if request.param == "compiled":
+        # not a skip: the test command builds the extension, so its absence is a failure
+        assert COMPILED_SCAN is not None, "relay/binlog/_scan.c is not built (pip install -e . needs gcc)"
+    else:
+        monkeypatch.setattr(stream_module, "_compiled_scan", None)
+    return request.param
+
+
 def _stored_bytes(segments) -> bytes:
     return b"".join(bytes(chunk) for segment in segments for chunk in segment.chunks)
 
 
 @pytest.mark.parametrize("step", [1, 7, 64, 1000, 1 << 20])
-def test_receive_raw_bytes_in_any_chunking_matches_the_file(step):
+def test_receive_raw_bytes_in_any_chunking_matches_the_file(step, scan_loop):
     raw = (WIRE / "dump_nonblocking.bin").read_bytes()
     raw = raw[: len(raw) - 9]  # without the closing EOF packet (5 bytes + 4 header)
     stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
@@ -152,14 +169,14 @@ def test_receive_raw_bytes_in_any_chunking_matches_the_file(step):
         [1 for _, e in file_events(BINLOG) if e[4] == ev.GTID_EVENT])
 
 
-def test_receive_ends_at_eof_packet():
+def test_receive_ends_at_eof_packet(scan_loop):
     raw = (WIRE / "dump_nonblocking.bin").read_bytes()
     stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     with pytest.raises(UpstreamEnded):
         stream.receive(raw)
 
 
-def test_receive_joins_an_event_of_more_than_16_mb():
+def test_receive_joins_an_event_of_more_than_16_mb(scan_loop):
     from relay.protocol.packets import frame
 
     packets = _dump_packets()[:-1]
@@ -181,3 +198,116 @@ def test_receive_joins_an_event_of_more_than_16_mb():
         segments.extend(stream.receive(raw[start : start + (1 << 20)]))
     assert _stored_bytes(segments)[-len(query):] == query
     assert segments[-1].committed_end == end + length
+
+
+# ------------------------------------------------------------ the compiled loop
+
+
+def _dump_bytes() -> bytes:
+    raw = (WIRE / "dump_nonblocking.bin").read_bytes()
+    return raw[: len(raw) - 9]  # without the closing EOF packet
+
+
+def _receive_all(raw: bytes, step: int) -> tuple[list, DumpStream]:
+    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    segments = []
+    for start in range(0, len(raw), step):
+        segments.extend(stream.receive(raw[start : start + step]))
+    return segments, stream
+
+
+def _outcome(segments, stream):
+    return ([(s.file, s.start, s.size, s.committed_end, s.last_event_start, s.new_file,
+              b"".join(bytes(c) for c in s.chunks)) for s in segments],
+            stream.event_counts, stream.event_bytes, stream.position, stream.last_event_timestamp)
+
+
+@pytest.mark.parametrize("step", [1, 5, 24, 100, 333, 4096, 1 << 20])
+def test_compiled_loop_gives_what_the_python_loop_gives(step, monkeypatch):
+    assert COMPILED_SCAN is not None, "relay/binlog/_scan.c is not built"
+    compiled = _outcome(*_receive_all(_dump_bytes(), step))
+    monkeypatch.setattr(stream_module, "_compiled_scan", None)
+    assert compiled == _outcome(*_receive_all(_dump_bytes(), step))
+
+
+def _packet_offsets(raw: bytes) -> list[int]:
+    offsets, pos = [], 0
+    while pos < len(raw):
+        offsets.append(pos)
+        pos += 4 + int.from_bytes(raw[pos : pos + 3], "little")
+    return offsets
+
+
+def _rows_packet_offsets(raw: bytes) -> list[int]:
+    """Packets of rows events (MariaDB writes v1 rows events)."""
+    return [pos for pos in _packet_offsets(raw) if raw[pos + 9] in (23, 24, 25)]
+
+
+def test_compiled_loop_takes_group_content():
+    # The speed comes from the compiled loop taking the group content itself; this fails if it
+    # stops taking it (the other tests would still pass, through the Python loop).
+    raw = _dump_bytes()
+    packets = _packet_offsets(raw)
+    first = next(i for i, pos in enumerate(packets) if raw[pos + 9] == ev.ANNOTATE_ROWS_EVENT)
+    xid = next(i for i in range(first, len(packets)) if raw[packets[i] + 9] == ev.XID_EVENT)
+    content = [raw[pos + 5 : pos + 5 + _event_length(raw, pos)] for pos in packets[first:xid]]
+    assert [event[4] for event in content] == [ev.ANNOTATE_ROWS_EVENT, ev.TABLE_MAP_EVENT, 23]
+    start = packets[first]
+    counts, sizes = [0] * 256, [0] * 256
+    stopped_at, seq, position, run = COMPILED_SCAN(
+        raw, start, raw[start + 3], _log_pos(raw, start) - _event_length(raw, start), True,
+        stream_module._COMPILED_KINDS, counts, sizes)
+    assert run == b"".join(content)
+    assert [(t, counts[t], sizes[t]) for t in range(256) if counts[t]] == sorted(
+        (event[4], 1, len(event)) for event in content)
+    # it stops at the group end (XID), which is the Python loop's to handle
+    assert stopped_at == packets[xid] and seq == raw[packets[xid] + 3]
+    assert position == _log_pos(raw, packets[xid]) - _event_length(raw, packets[xid])
+
+
+def _event_length(raw: bytes, packet: int) -> int:
+    return struct.unpack_from("<I", raw, packet + 5 + 9)[0]
+
+
+def _log_pos(raw: bytes, packet: int) -> int:
+    return struct.unpack_from("<I", raw, packet + 5 + 13)[0]
+
+
+def _damaged(raw: bytes, packet: int, offset_in_event: int, xor: int = 0xFF) -> bytes:
+    data = bytearray(raw)
+    data[packet + 5 + offset_in_event] ^= xor
+    return bytes(data)
+
+
+def test_receive_refuses_a_corrupt_rows_event(scan_loop):
+    raw = _dump_bytes()
+    rows_at = _rows_packet_offsets(raw)[1]
+    with pytest.raises(StreamError, match="failed its CRC32"):
+        _receive_all(_damaged(raw, rows_at, 25), 1 << 20)
+
+
+def test_receive_refuses_a_rows_event_at_the_wrong_position(scan_loop):
+    raw = _dump_bytes()
+    rows_at = _rows_packet_offsets(raw)[1]
+    data = bytearray(raw)
+    struct.pack_into("<I", data, rows_at + 5 + 13, _log_pos(raw, rows_at) + 8)
+    data[rows_at + 4 + _event_length(raw, rows_at) + 1 - 4 : rows_at + 4 + _event_length(raw, rows_at) + 1] = \
+        zlib.crc32(data[rows_at + 5 : rows_at + 1 + _event_length(raw, rows_at)]).to_bytes(4, "little")
+    with pytest.raises(StreamError, match="stored file ends at"):
+        _receive_all(bytes(data), 1 << 20)
+
+
+def test_receive_refuses_a_wrong_sequence_id_inside_a_group(scan_loop):
+    raw = _dump_bytes()
+    rows_at = _rows_packet_offsets(raw)[1]
+    data = bytearray(raw)
+    data[rows_at + 3] = (data[rows_at + 3] + 1) & 0xFF
+    with pytest.raises(StreamError, match="sequence number wrong"):
+        _receive_all(bytes(data), 1 << 20)
+
+
+@given(st.binary(max_size=300))
+def test_compiled_crc32_equals_zlib(data):
+    from relay.binlog import _scan
+
+    assert _scan.crc32(data) == zlib.crc32(data)

@@ -1,0 +1,214 @@
+/*
+ * relay.binlog._scan: the inner loop of DumpStream.receive (relay/binlog/stream.py) in C.
+ *
+ * The relay must take events from the primary at least as fast as the primary sends them
+ * (DESIGN.md, "Performance budget").  In Python the per-event work (frame the packet, unpack
+ * the header, CRC32, slice, count) costs about 1.8 us; the primary sends an event in less.
+ * This module does that work for the events that need no decision: events inside an open
+ * group that cannot change the group state (table maps, rows events, annotations, ...), whose
+ * packet, position, flags and CRC32 are exactly as expected.  It stops before the first
+ * event that is anything else and leaves it to the Python code, which stays the only place
+ * that decides, reports errors and follows rotations.  Without a C compiler the package
+ * installs without this module and stream.py runs the same checks in Python.
+ *
+ * scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)
+ *   buf       the bytes of the dump stream (packets: u24 length, u8 sequence id, payload)
+ *   pos       offset of the next packet in buf
+ *   seq       its expected sequence id
+ *   position  the stored file's end, where the next event must start
+ *   crc_on    whether events carry a CRC32 to verify
+ *   kinds     256 bytes: per event type, 1 for the events this loop may take
+ *   counts, sizes   lists of 256 ints (events and bytes per type), increased in place
+ * Returns where it stopped, and the events it took, concatenated (None if it took none).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define PACKET_HEADER 4
+#define EVENT_HEADER 19
+#define TAKEN_MAX 2048                /* events per call; the caller simply calls again */
+#define ARTIFICIAL_FLAG 0x20          /* LOG_EVENT_ARTIFICIAL_F */
+#define CRC_RESIDUE 0x2144DF1Cu       /* CRC32 over data followed by its own CRC32 (LE) */
+
+static uint32_t crc_table[8][256];
+
+static void crc_table_init(void)
+{
+    for (uint32_t byte = 0; byte < 256; byte++) {
+        uint32_t crc = byte;
+        for (int bit = 0; bit < 8; bit++)
+            crc = (crc & 1) ? 0xEDB88320u ^ (crc >> 1) : crc >> 1;
+        crc_table[0][byte] = crc;
+    }
+    /* slicing-by-8: table k advances a byte that is followed by k more bytes */
+    for (uint32_t byte = 0; byte < 256; byte++) {
+        uint32_t crc = crc_table[0][byte];
+        for (int k = 1; k < 8; k++) {
+            crc = crc_table[0][crc & 0xFF] ^ (crc >> 8);
+            crc_table[k][byte] = crc;
+        }
+    }
+}
+
+static inline uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The same value as zlib.crc32(data). */
+static uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    uint32_t crc = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t low = le32(p) ^ crc, high = le32(p + 4);
+        crc = crc_table[7][low & 0xFF] ^ crc_table[6][(low >> 8) & 0xFF]
+            ^ crc_table[5][(low >> 16) & 0xFF] ^ crc_table[4][low >> 24]
+            ^ crc_table[3][high & 0xFF] ^ crc_table[2][(high >> 8) & 0xFF]
+            ^ crc_table[1][(high >> 16) & 0xFF] ^ crc_table[0][high >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return crc ^ 0xFFFFFFFFu;
+}
+
+typedef struct {
+    Py_ssize_t start;   /* of the event (after the packet header and status byte) */
+    uint32_t length;
+    unsigned char type;
+} Taken;
+
+/* Adds what this call counted to the caller's per-type lists. */
+static int add_counts(PyObject *list, const Taken *taken, int n, int by_size)
+{
+    uint64_t total[256];
+    unsigned char seen[256] = {0};
+    for (int i = 0; i < n; i++) {
+        unsigned char t = taken[i].type;
+        if (!seen[t]) {
+            seen[t] = 1;
+            total[t] = 0;
+        }
+        total[t] += by_size ? taken[i].length : 1;
+    }
+    for (int t = 0; t < 256; t++) {
+        if (!seen[t])
+            continue;
+        PyObject *old = PyList_GetItem(list, t);
+        if (old == NULL)
+            return -1;
+        PyObject *added = PyLong_FromUnsignedLongLong(total[t]);
+        if (added == NULL)
+            return -1;
+        PyObject *sum = PyNumber_Add(old, added);
+        Py_DECREF(added);
+        if (sum == NULL || PyList_SetItem(list, t, sum) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "scan() takes 8 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long seq = PyLong_AsLong(args[2]);
+    long long position = PyLong_AsLongLong(args[3]);
+    int crc_on = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || crc_on < 0)
+        return NULL;
+    PyObject *counts = args[6], *sizes = args[7];
+    if (!PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != 256
+            || !PyList_Check(counts) || PyList_GET_SIZE(counts) != 256
+            || !PyList_Check(sizes) || PyList_GET_SIZE(sizes) != 256) {
+        PyErr_SetString(PyExc_TypeError, "scan(): kinds must be 256 bytes, counts and sizes lists of 256");
+        return NULL;
+    }
+    const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t size = view.len;
+
+    Taken taken[TAKEN_MAX];
+    int n = 0;
+    Py_ssize_t total = 0;
+    /* 24 bytes: the packet header, the status byte and the event header */
+    while (n < TAKEN_MAX && pos >= 0 && size - pos >= PACKET_HEADER + 1 + EVENT_HEADER) {
+        const unsigned char *packet = buf + pos;
+        uint32_t length = packet[0] | packet[1] << 8 | packet[2] << 16;
+        const unsigned char *event = packet + PACKET_HEADER + 1;
+        if (length == 0xFFFFFF || length > (uint64_t)(size - pos - PACKET_HEADER)
+                || packet[3] != seq || packet[4] != 0 || !kinds[event[4]])
+            break;
+        uint32_t event_length = le32(event + 9), log_pos = le32(event + 13);
+        uint32_t flags = event[17] | event[18] << 8;
+        if (event_length != length - 1 || event_length < EVENT_HEADER
+                || (long long)log_pos - (long long)event_length != position
+                || (flags & ARTIFICIAL_FLAG)
+                || (crc_on && crc32_of(event, event_length) != CRC_RESIDUE))
+            break;
+        taken[n].start = pos + PACKET_HEADER + 1;
+        taken[n].length = event_length;
+        taken[n].type = event[4];
+        n++;
+        total += event_length;
+        position += event_length;
+        seq = (seq + 1) & 0xFF;
+        pos += PACKET_HEADER + length;
+    }
+
+    PyObject *events = NULL, *result = NULL;
+    if (n > 0) {
+        events = PyBytes_FromStringAndSize(NULL, total);
+        if (events == NULL)
+            goto done;
+        char *out = PyBytes_AS_STRING(events);
+        for (int i = 0; i < n; i++) {
+            memcpy(out, buf + taken[i].start, taken[i].length);
+            out += taken[i].length;
+        }
+        if (add_counts(counts, taken, n, 0) < 0 || add_counts(sizes, taken, n, 1) < 0)
+            goto done;
+    }
+    result = Py_BuildValue("(nlLO)", pos, seq, position, events ? events : Py_None);
+done:
+    Py_XDECREF(events);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *crc32_py(PyObject *module, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = crc32_of(view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef scan_methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
+     "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
+    {"crc32", crc32_py, METH_O, "crc32(data) -> int, the same value as zlib.crc32(data)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef scan_module = {
+    PyModuleDef_HEAD_INIT, "relay.binlog._scan",
+    "The dump stream's inner loop in C (see stream.py).", -1, scan_methods,
+};
+
+PyMODINIT_FUNC PyInit__scan(void)
+{
+    crc_table_init();
+    return PyModule_Create(&scan_module);
+}

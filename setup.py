@@ -1,0 +1,11 @@
+"""Build configuration that pyproject.toml cannot express: the optional C inner loop.
+
+relay/binlog/_scan.c speeds up the relay's hot path (see its header). It is optional: where no
+C compiler is found the package installs without it and relay/binlog/stream.py does the same
+work in Python, only slower.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("relay.binlog._scan", ["relay/binlog/_scan.c"], optional=True,
+                             extra_compile_args=["-O2"])])
