@@ -145,12 +145,14 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const unsigned char *packet = buf + pos;
         uint32_t length = packet[0] | packet[1] << 8 | packet[2] << 16;
         const unsigned char *event = packet + PACKET_HEADER + 1;
+        /* the packet must be whole, in sequence, and hold a status byte and an event header */
         if (length == 0xFFFFFF || length > (uint64_t)(size - pos - PACKET_HEADER)
-                || packet[3] != seq || packet[4] != 0 || !kinds[event[4]])
+                || length < 1 + EVENT_HEADER || packet[3] != seq || packet[4] != 0 || !kinds[event[4]])
             break;
         uint32_t event_length = le32(event + 9), log_pos = le32(event + 13);
         uint32_t flags = event[17] | event[18] << 8;
-        if (event_length != length - 1 || event_length < EVENT_HEADER
+        /* so the event ends where its packet ends: every byte read below is inside buf */
+        if (event_length != length - 1
                 || (long long)log_pos - (long long)event_length != position
                 || (flags & ARTIFICIAL_FLAG)
                 || (crc_on && crc32_of(event, event_length) != CRC_RESIDUE))
