@@ -1,9 +1,9 @@
-"""Change rows from a binlog: transactions in, one row per changed table row out (sans-IO).
+"""Change rows from a binlog: transactions in, one row per changed table row out.
 
-    decoder = ChangeDecoder("mysql-bin.000007")
-    for offset, event in events:                 # whole events, in file order
+    decoder = ChangeDecoder("mysql-bin.000007", binlog)  # binlog: the open file
+    for offset, event in iter_events(binlog, 4, end):    # whole events, in file order
         for change in decoder.feed(offset, event):
-            ...                                   # Change(file, pos, gtid, commit_ts, ...)
+            ...                                          # Change(file, pos, gtid, commit_ts, ...)
 
     for change in iter_changes("/data/mysql-bin.000007", start=4, end=None): ...
 
@@ -23,11 +23,13 @@ of its first event, the commit event's timestamp and its place (``seq``) in the 
   their own that ends in ``COMMIT`` (the statement cache), before the transaction's group,
   so they are exported even when the InnoDB transaction is rolled back - as they persisted.
 * Bounded memory (Drizzle's bulk segments): the events of the open group are kept in memory
-  up to ``segment_bytes``; beyond that each segment is appended to a temporary spill file
-  (the raw events, prefixed by their offset: the most compact form, decoded once), so a
-  transaction of millions of rows never sits in memory. The spill file is read back when
-  the commit arrives, and dropped on ROLLBACK. Only one event is decoded at a time.
-  Segments are counted in bytes, not rows: a row can hold a 1 GB blob.
+  up to ``segment_bytes``; beyond that the decoder lets go of them and remembers only the
+  span of the binlog file they lie in, so a transaction of millions of rows never sits in
+  memory. When the commit arrives, that span is read again from the binlog itself (the
+  file is append-only and the span lies below the committed end) and its events are
+  picked out as they were the first time; on ROLLBACK there is nothing to clean up. Only
+  one event is decoded at a time. Segments are counted in bytes, not rows: a row can hold
+  a 1 GB blob.
 
 Values in ``before``/``after`` are Python values as relay.binlog.rows decodes them;
 ``row_json`` turns one into JSON text with the export's normalisation (see there).
@@ -47,7 +49,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fnmatch import fnmatchcase
@@ -58,6 +59,7 @@ from . import coltypes as ct
 from . import events as ev
 from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
 from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
+from ..storage.scan import iter_events
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter", "iter_changes",
@@ -65,7 +67,6 @@ __all__ = [
 ]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
-_OFFSET = struct.Struct("<Q")
 _MARIADB_GTID = struct.Struct("<QIB").unpack_from  # seq_no, domain_id, flags2
 _U32 = struct.Struct("<I").unpack_from
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -211,9 +212,9 @@ def _classify(text: str) -> tuple[str, str | None]:
 
 
 class _Group:
-    """The open transaction: its envelope, and its events (memory, then the spill file)."""
+    """The open transaction: its envelope, and its events (in memory, or a span of the file)."""
 
-    __slots__ = ("gtid", "txn_pos", "server_id", "skip", "mem", "mem_bytes", "spill", "spilled",
+    __slots__ = ("gtid", "txn_pos", "server_id", "skip", "mem", "mem_bytes", "span", "holes",
                  "savepoints", "state")
 
     def __init__(self, gtid: str | None, txn_pos: int, server_id: int, skip: bool, state: int) -> None:
@@ -223,19 +224,14 @@ class _Group:
         self.skip = skip
         self.mem: list[tuple[int, Any]] = []  # (offset, event), events as given (bytes or memoryview)
         self.mem_bytes = 0
-        self.spill: BinaryIO | None = None
-        self.spilled = 0
-        self.savepoints: list[tuple[str, int]] = []  # (name, logical length at the savepoint)
+        # [start, end) of the file holding the group's events that are no longer in memory
+        # (all of them come before those in mem); None while everything is in memory.
+        self.span: tuple[int, int] | None = None
+        # [savepoint, ROLLBACK TO) ranges whose events the server undid: skipped when the
+        # span is read again. One per ROLLBACK TO that undid logged events.
+        self.holes: list[tuple[int, int]] = []
+        self.savepoints: list[tuple[str, int]] = []  # (name, offset of the SAVEPOINT event)
         self.state = state
-
-    @property
-    def length(self) -> int:
-        return self.spilled + self.mem_bytes
-
-    def close(self) -> None:
-        if self.spill is not None:
-            self.spill.close()
-            self.spill = None
 
 
 # Decoder states (like relay.binlog.groups.GroupTracker's)
@@ -262,18 +258,20 @@ class ChangeDecoder:
 
     file: the file name put in each Change. gtids/tables: filters (see GtidRange,
     TableFilter); a filtered-out group is skipped without decoding, a filtered-out table's
-    rows are decoded (for ``seq``) but not emitted. spill_dir: where the spill files of
-    large transactions go (default: the system's temporary directory).
+    rows are decoded (for ``seq``) but not emitted. binlog: the open (seekable) file the
+    events come from, whose offsets ``feed`` gets; a group larger than ``segment_bytes`` is
+    read from it again at its commit (each read seeks first, so it can be the stream the
+    caller is reading with relay.storage.scan.iter_events).
     """
 
-    def __init__(self, file: str, *, gtids: GtidRange | None = None, tables: TableFilter | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, spill_dir: str | os.PathLike[str] | None = None,
+    def __init__(self, file: str, binlog: BinaryIO, *, gtids: GtidRange | None = None,
+                 tables: TableFilter | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  with_ddl: bool = True) -> None:
         self.file = file
+        self.binlog = binlog
         self.gtids = gtids or GtidRange()
         self.tables = tables or TableFilter(None)
         self.segment_bytes = segment_bytes
-        self.spill_dir = None if spill_dir is None else os.fspath(spill_dir)
         self.with_ddl = with_ddl
         self.crc = 0
         self.post_header_len = b""
@@ -281,8 +279,8 @@ class ChangeDecoder:
         self._state = _OUTSIDE
         self._group: _Group | None = None
         self._pending: tuple[str | None, int, bool] | None = None  # GTID seen, group not yet buffered
-        self.spilled_groups = 0  # how many groups needed a spill file (for tests and metrics)
-        self.peak_spill_bytes = 0
+        self.reread_groups = 0  # how many groups outgrew memory and were read again (tests, metrics)
+        self.peak_reread_bytes = 0
 
     # ------------------------------------------------------------------ events in
 
@@ -295,9 +293,9 @@ class ChangeDecoder:
         if etype in _IN_GROUP and group is not None and group.state == _IN_TRANSACTION:
             if not group.skip:  # the hot path: a table map or rows event inside a transaction
                 group.mem.append((offset, event))
-                group.mem_bytes += 8 + len(event)  # _OFFSET.size
+                group.mem_bytes += len(event)
                 if group.mem_bytes > self.segment_bytes:
-                    self._spill(group)
+                    self._let_go(group)
             return _EMPTY
         if etype == ev.FORMAT_DESCRIPTION_EVENT:
             fde = ev.parse_format_description(event)
@@ -371,10 +369,10 @@ class ChangeDecoder:
                 return _EMPTY
             if kind == "savepoint":
                 group.savepoints = [(n, pos) for n, pos in group.savepoints if n != name]
-                group.savepoints.append((name, group.length))  # type: ignore[arg-type]
+                group.savepoints.append((name, offset))  # type: ignore[arg-type]
                 return _EMPTY
             if kind == "rollback_to":
-                self._rollback_to(group, name)  # type: ignore[arg-type]
+                _rollback_to(group, name, offset)  # type: ignore[arg-type]
                 return _EMPTY
             if kind == "release":
                 for i, (n, _) in enumerate(group.savepoints):
@@ -431,52 +429,24 @@ class ChangeDecoder:
 
     def _buffer(self, group: _Group, offset: int, event: bytes | memoryview) -> None:
         group.mem.append((offset, event))
-        group.mem_bytes += _OFFSET.size + len(event)
+        group.mem_bytes += len(event)
         if group.mem_bytes > self.segment_bytes:
-            self._spill(group)
+            self._let_go(group)
 
-    def _spill(self, group: _Group) -> None:
-        """Move the in-memory segment to the end of the group's spill file."""
-        if group.spill is None:
-            group.spill = tempfile.TemporaryFile(prefix="binlog-changes-", dir=self.spill_dir)
-            self.spilled_groups += 1
-        out = group.spill
-        out.seek(group.spilled)
-        for offset, event in group.mem:
-            out.write(_OFFSET.pack(offset))
-            out.write(event)
-        group.spilled += group.mem_bytes
+    def _let_go(self, group: _Group) -> None:
+        """Drop the in-memory events, widening the group's span of the file over them (the
+        events between them that were not buffered are told apart again by _kept)."""
+        if group.span is None:
+            self.reread_groups += 1
+        last_offset, last = group.mem[-1]
+        start = group.mem[0][0] if group.span is None else group.span[0]
+        group.span = (start, last_offset + len(last))
         group.mem = []
         group.mem_bytes = 0
-        self.peak_spill_bytes = max(self.peak_spill_bytes, group.spilled)
-
-    def _rollback_to(self, group: _Group, name: str) -> None:
-        for i, (n, length) in enumerate(group.savepoints):
-            if n == name:
-                del group.savepoints[i + 1:]  # the savepoint itself stays
-                break
-        else:
-            return  # unknown savepoint: the server would have refused it
-        if length >= group.spilled:
-            keep = length - group.spilled
-            total = 0
-            for j, (_, event) in enumerate(group.mem):
-                if total >= keep:
-                    del group.mem[j:]
-                    break
-                total += _OFFSET.size + len(event)
-            group.mem_bytes = keep
-        else:
-            assert group.spill is not None
-            group.spill.truncate(length)
-            group.spilled = length
-            group.mem = []
-            group.mem_bytes = 0
+        self.peak_reread_bytes = max(self.peak_reread_bytes, group.span[1] - group.span[0])
 
     def _drop_group(self) -> None:
-        if self._group is not None:
-            self._group.close()
-            self._group = None
+        self._group = None
         self._pending = None
 
     def _commit(self, event: bytes | memoryview) -> Iterator[Change]:
@@ -487,7 +457,6 @@ class ChangeDecoder:
         if group is None:
             return _EMPTY
         if group.skip:
-            group.close()
             return _EMPTY
         return self._replay(group, event)
 
@@ -497,15 +466,35 @@ class ChangeDecoder:
         # Changes come in one list per event, flattened by chain (in C): a generator
         # resumed per change would cost about as much as decoding a small row.
         commit_ts = int.from_bytes(commit_event[0:4], "little")
-        if group.spill is None:
-            return chain.from_iterable(self._batches(group, group.mem, commit_ts))  # nothing to clean up
-        return chain.from_iterable(self._decode(group, _records(group), commit_ts))
+        records = group.mem if group.span is None else chain(self._reread(group), group.mem)
+        return chain.from_iterable(self._batches(group, records, commit_ts))
 
-    def _decode(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[list[Change]]:
-        try:
-            yield from self._batches(group, records, commit_ts)
-        finally:
-            group.close()
+    def _reread(self, group: _Group) -> Iterator[tuple[int, memoryview]]:
+        """The group's events in its span of the file, read again: those feed buffered."""
+        start, end = group.span  # type: ignore[misc]
+        holes = iter(group.holes)
+        hole = next(holes, None)
+        at = start
+        for offset, event in iter_events(self.binlog, start, end):
+            at = offset + len(event)
+            while hole is not None and offset >= hole[1]:
+                hole = next(holes, None)
+            if hole is not None and offset > hole[0]:
+                continue  # undone by ROLLBACK TO
+            if self._kept(event):
+                yield offset, event
+        if at != end:
+            raise ChangeDecodeError(f"{self.file}:{at}: the binlog file ends before {end}, where "
+                                    "the events of the group being committed do")
+
+    def _kept(self, event: bytes | memoryview) -> bool:
+        """Whether feed buffered this event, found between the events of an open group."""
+        etype = event[4]
+        if etype in _IN_GROUP:
+            return True
+        if etype == ev.QUERY_EVENT or etype == ev.QUERY_COMPRESSED_EVENT:
+            return _classify(self._query(event, etype).query)[0] == "statement"
+        return False  # e.g. an INTVAR event before a statement
 
     def _batches(self, group: _Group, records: Iterable[tuple[int, Any]], commit_ts: int) -> Iterator[list[Change]]:
         """The changes of the group's events, one list per event that has any."""
@@ -608,43 +597,27 @@ def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
     return bool(event[flags_at] & 1)
 
 
-def _records(group: _Group) -> Iterator[tuple[int, Any]]:
-    """The group's events in order: the spill file, then the in-memory segment."""
-    if group.spill is not None and group.spilled:
-        yield from _spilled_records(group.spill, group.spilled)
-    yield from group.mem
-
-
-_SPILL_READ = 1 << 20
-_RECORD_HEAD = _OFFSET.size + ev.HEADER_LEN
-
-
-def _spilled_records(src: BinaryIO, size: int) -> Iterator[tuple[int, memoryview]]:
-    """(offset, event) records of a spill file, read a megabyte (or one larger event) at a
-    time; the events are views into the block read, not copies."""
-    src.seek(0)
-    block, at, left = memoryview(b""), 0, size  # left: bytes still in the file
-    while at < len(block) or left > 0:
-        if len(block) - at < _RECORD_HEAD:
-            block, at, left = _refill(src, block, at, left, _RECORD_HEAD)
-        length = int.from_bytes(block[at + _OFFSET.size + 9:at + _OFFSET.size + 13], "little")
-        end = at + _OFFSET.size + length
-        if end > len(block):
-            block, at, left = _refill(src, block, at, left, _OFFSET.size + length)
-            end = at + _OFFSET.size + length
-        yield _OFFSET.unpack_from(block, at)[0], block[at + _OFFSET.size:end]
-        at = end
-
-
-def _refill(src: BinaryIO, block: memoryview, at: int, left: int,
-            need: int) -> tuple[memoryview, int, int]:
-    """The unread rest of block followed by the next read, holding at least need bytes."""
-    want = min(left, max(_SPILL_READ, need - (len(block) - at)))
-    data = src.read(want)
-    if len(data) != want or len(block) - at + len(data) < need:
-        raise ChangeDecodeError("spill file truncated")
-    rest = block[at:]
-    return memoryview(rest.tobytes() + data if len(rest) else data), 0, left - want
+def _rollback_to(group: _Group, name: str, offset: int) -> None:
+    """ROLLBACK TO name (the event at offset): drop the events logged since the savepoint."""
+    for i, (n, at) in enumerate(group.savepoints):
+        if n == name:
+            del group.savepoints[i + 1:]  # the savepoint itself stays
+            break
+    else:
+        return  # unknown savepoint: the server would have refused it
+    keep = len(group.mem)
+    while keep and group.mem[keep - 1][0] > at:
+        keep -= 1
+    undone = keep < len(group.mem) or (group.span is not None and group.span[1] > at)
+    if not undone:
+        return  # InnoDB alone: the server already cut them out of the binlog
+    del group.mem[keep:]
+    group.mem_bytes = sum(len(e) for _, e in group.mem)
+    # A later span may cover [at, offset) too: remember to skip it. An earlier hole
+    # starting after at lies inside this one.
+    while group.holes and group.holes[-1][0] >= at:
+        group.holes.pop()
+    group.holes.append((at, offset))
 
 
 def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:
@@ -662,18 +635,16 @@ def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:
 def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int = 4, end: int | None = None,
                  *, file: str | None = None, gtids: GtidRange | None = None,
                  tables: TableFilter | str | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 spill_dir: str | os.PathLike[str] | None = None, with_ddl: bool = True,
-                 decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Change]:
+                 with_ddl: bool = True, decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Change]:
     """The changes of the groups in [start, end) of one binlog file.
 
-    source: a path, the file's bytes, or an open binary stream. start must be a group
+    source: a path, the file's bytes, or an open seekable binary stream (a group larger
+    than segment_bytes is read from it twice, see ChangeDecoder). start must be a group
     boundary (4, or the end of a group); the FORMAT_DESCRIPTION event at offset 4 is read
     first when start > 4. end defaults to the source's size; a group not finished by then
     is not emitted. file: the name put into each Change (default: the path's base name).
     decoder_out: if given, the decoder is appended to it (for its counters).
     """
-    from ..storage.scan import iter_events  # the block reader; sans-IO callers use ChangeDecoder
-
     own = False
     if isinstance(source, (bytes, bytearray, memoryview)):
         stream: BinaryIO = io.BytesIO(bytes(source))
@@ -687,8 +658,8 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
         name = file or getattr(source, "name", "binlog")
     if isinstance(tables, str) or tables is None:
         tables = TableFilter(tables)
-    decoder = ChangeDecoder(name, gtids=gtids, tables=tables, segment_bytes=segment_bytes,
-                            spill_dir=spill_dir, with_ddl=with_ddl)
+    decoder = ChangeDecoder(name, stream, gtids=gtids, tables=tables, segment_bytes=segment_bytes,
+                            with_ddl=with_ddl)
     if decoder_out is not None:
         decoder_out.append(decoder)
     try:

@@ -426,34 +426,49 @@ class _Image:
     Struct.unpack_from read the fixed-width heads of all adjacent columns with no test per
     column. Past _MAX_VARIANTS patterns (a table with many nullable columns), the further
     ones share one reader that tests each column's NULL bit.
+
+    run(nulls) is the bulk form of the same (images of up to 8 columns, one null bitmap
+    byte): it reads row after row while they have that pattern of NULLs.
     """
 
-    __slots__ = ("indexes", "null_bytes", "read", "_tm", "_variants", "_generic")
+    __slots__ = ("indexes", "null_bytes", "read", "runs", "_tm", "_variants", "_generic")
 
     def __init__(self, tm: TableMap, indexes: tuple[int, ...]) -> None:
         self.indexes = indexes
         self.null_bytes = (len(indexes) + 7) // 8
         self._tm = tm
         self._variants: dict[int, _Body] = {}
-        self._generic: _Body | None = None
+        self.runs: dict[int, _Run] = {}  # nulls -> run reader, filled by run()
+        self._generic: dict[Callable[..., Any], Any] = {}  # compile function -> reader for any NULLs
         self.read = _dispatcher(self)
 
     def variant(self, nulls: int) -> "_Body":
         """The reader of the columns after the null bitmap, for this pattern of NULLs."""
-        body = self._variants.get(nulls)
-        if body is None:
-            if len(self._variants) < _MAX_VARIANTS:
-                body = _compile_body(self._tm, self.indexes, nulls)
+        return self._reader(self._variants, nulls, _compile_body)
+
+    def run(self, nulls: int) -> "_Run":
+        """The reader of consecutive rows (null bitmap included) with this pattern of NULLs."""
+        assert self.null_bytes == 1
+        return self._reader(self.runs, nulls, _compile_run)
+
+    def _reader(self, cache: dict[int, Any], nulls: int, compile_reader: Callable[..., Any]) -> Any:
+        """The cached reader for nulls; past _MAX_VARIANTS patterns, one that tests each NULL bit."""
+        reader = cache.get(nulls)
+        if reader is None:
+            if len(cache) < _MAX_VARIANTS:
+                reader = compile_reader(self._tm, self.indexes, nulls)
             else:
-                if self._generic is None:
-                    self._generic = _compile_body(self._tm, self.indexes, None)
-                body = self._generic
-            self._variants[nulls] = body
-        return body
+                reader = self._generic.get(compile_reader)
+                if reader is None:
+                    reader = self._generic[compile_reader] = compile_reader(self._tm, self.indexes, None)
+            cache[nulls] = reader
+        return reader
 
 
 # (buf, pos after the null bitmap, null bits) -> (row dict, next pos)
 _Body = Callable[[bytes, int, int], tuple[Row, int]]
+# (buf, pos of a null bitmap, end of the rows, list.append) -> pos of the first row not read
+_Run = Callable[[bytes, int, int, Callable[[Row], None]], int]
 _MAX_VARIANTS = 8
 
 
@@ -505,6 +520,44 @@ def _compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Bod
     Struct.unpack_from per run of adjacent columns. Column names, decoders and other
     objects enter the generated code as globals of its namespace, never as source text.
     """
+    body, row, checks_end, env = _row_code(tm, idx, nulls)
+    lines = [
+        "def read(buf, pos, nulls):",
+        *_indent(body, 4),
+        *(["    if pos > len(buf):", "        _short_row(pos, buf)"] if checks_end else []),
+        f"    return {row}, pos",
+    ]
+    return _compile(tm, lines, env, "read")
+
+
+def _compile_run(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Run:
+    """Generate the bulk reader of an image with one null bitmap byte: (buf, pos, stop,
+    append) -> pos. It appends the rows from pos on while they have the pattern nulls
+    (None: any pattern, each column's bit tested) and returns where it stopped. The loop
+    in the generated code saves a call and a (row, pos) tuple per row, and one bounds
+    check at the end covers every row: a row read past the end of buf ends the loop."""
+    body, row, checks_end, env = _row_code(tm, idx, nulls)
+    # bits past the present columns are not NULL flags (no mask needed for 8 columns)
+    bits = f"buf[pos] & {(1 << len(idx)) - 1}" if len(idx) < 8 else "buf[pos]"
+    head = (["    while pos < stop:", f"        nulls = {bits}"] if nulls is None
+            else [f"    while pos < stop and ({bits}) == {nulls}:"])
+    lines = [
+        "def run(buf, pos, stop, append):",
+        *head,
+        "        pos += 1",
+        *_indent(body, 8),
+        f"        append({row})",
+        *(["    if pos > len(buf):", "        _short_row(pos, buf)"] if checks_end else []),
+        "    return pos",
+    ]
+    return _compile(tm, lines, env, "run")
+
+
+def _row_code(tm: TableMap, idx: tuple[int, ...], nulls: int | None
+              ) -> tuple[list[str], str, bool, dict[str, Any]]:
+    """The lines reading one row image after its null bitmap (buf, pos and, for nulls None,
+    the bits in nulls), the row dict's expression, whether pos may pass the end of buf
+    unnoticed (a length-prefixed part or a decoder call), and the globals they use."""
     unsigned = tm.unsigned or (False,) * tm.column_count
     charsets = tm.column_charsets or (None,) * tm.column_count
     env: dict[str, Any] = dict(ct.INLINE_GLOBALS, _short_row=_short_row)
@@ -526,17 +579,15 @@ def _compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Bod
     else:
         body = _column_lines([(k, p) for k, p in enumerate(plans) if not nulls >> k & 1], structs)
     values = [f"v{k}" if nulls is None or not nulls >> k & 1 else "None" for k in range(len(idx))]
-    lines = [
-        "def read(buf, pos, nulls):",
-        *_indent(body, 4),
-        *(["    if pos > len(buf):", "        _short_row(pos, buf)"]
-          if any(p is None or p.reads_on for p in plans) else []),
-        f"    return {{{', '.join(f'n{k}: {v}' for k, v in enumerate(values))}}}, pos",
-    ]
     for j, unpack in enumerate(structs):
         env[f"s{j}"] = unpack
+    row = f"{{{', '.join(f'n{k}: {v}' for k, v in enumerate(values))}}}"
+    return body, row, any(p is None or p.reads_on for p in plans), env
+
+
+def _compile(tm: TableMap, lines: list[str], env: dict[str, Any], name: str) -> Any:
     exec(compile("\n".join(lines), f"<row reader {tm.database}.{tm.table}>", "exec"), env)
-    return env["read"]
+    return env[name]
 
 
 def _column_lines(columns: list[tuple[int, ct.Inline | None]], structs: list[Callable]) -> list[str]:
@@ -694,27 +745,28 @@ _new_tuple = tuple.__new__
 
 
 def _diagnose(h: _RowsHeader, tm: TableMap, row_start: int, err: Exception) -> RowDecodeError:
-    """Re-read the failing row column by column to say exactly where it broke."""
+    """Re-read the rows from row_start (the failing row, or the first of the run of rows
+    it was read with) column by column to say exactly where it broke."""
     where = " (offset in the uncompressed row data)" if h.compressed else ""
+    images = (h.before,) if h.after is None else (h.before, h.after)
     pos = row_start
-    for img in (h.before, h.after):
-        if img is None:
-            break
-        end = pos + img.null_bytes
-        if end > len(h.buf):
-            return RowDecodeError(f"truncated null bitmap{where}", database=tm.database,
-                                  table=tm.table, offset=pos)
-        nulls = int.from_bytes(h.buf[pos:end], "little")
-        pos = end
-        for bit, i in enumerate(img.indexes):
-            if nulls >> bit & 1:
-                continue
-            try:
-                _, pos = tm.decoders[i](h.buf, pos)
-            except _DECODE_ERRORS as e:
-                return RowDecodeError(f"{e}{where}", database=tm.database, table=tm.table,
-                                      column_index=i, column_name=tm.column_names[i],
-                                      column_type=tm.column_types[i], offset=pos)
+    while pos < len(h.buf):  # each row moves pos on: an image with columns has a null bitmap
+        for img in images:
+            end = pos + img.null_bytes
+            if end > len(h.buf):
+                return RowDecodeError(f"truncated null bitmap{where}", database=tm.database,
+                                      table=tm.table, offset=pos)
+            nulls = int.from_bytes(h.buf[pos:end], "little")
+            pos = end
+            for bit, i in enumerate(img.indexes):
+                if nulls >> bit & 1:
+                    continue
+                try:
+                    _, pos = tm.decoders[i](h.buf, pos)
+                except _DECODE_ERRORS as e:
+                    return RowDecodeError(f"{e}{where}", database=tm.database, table=tm.table,
+                                          column_index=i, column_name=tm.column_names[i],
+                                          column_type=tm.column_types[i], offset=pos)
     return RowDecodeError(f"{err}{where}", database=tm.database, table=tm.table,
                           offset=row_start)
 
@@ -743,19 +795,15 @@ def _all_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
     row_start = pos
     try:
         if h.after is None and h.before.null_bytes == 1:
-            # Up to 8 columns present (inserts/deletes of most tables): read the null
-            # bitmap here and look the body reader up only when the NULLs change, so a
-            # row costs one call.
+            # Up to 8 columns present (inserts/deletes of most tables): each run of rows
+            # with the same NULLs costs one call (row_start: the run's first row).
             img = h.before
             mask = (1 << len(img.indexes)) - 1
-            pattern, body = -1, None
+            runs, learn = img.runs, img.run
             while pos < end:
                 row_start = pos
                 nulls = buf[pos] & mask
-                if nulls != pattern:
-                    pattern, body = nulls, img.variant(nulls)
-                row, pos = body(buf, pos + 1, nulls)  # type: ignore[misc]
-                append(row)
+                pos = (runs.get(nulls) or learn(nulls))(buf, pos, end, append)
         elif h.after is None:
             read = h.before.read
             while pos < end:

@@ -11,8 +11,8 @@ One row per changed table row (and per DDL statement); columns in SCHEMA. Option
   until        FILE:POS or GTID position: only groups up to it (inclusive)
   tables       db.t,db2.* : only these tables (and DDL naming them)
   splitBytes   target partition size when splitting large files at group ends (default 64m)
-  segmentBytes memory per open transaction before it spills to disk (default 4m)
-  spillDir     where spill files go on the executors (default: the temp directory)
+  segmentBytes memory per open transaction; beyond it the transaction's events are read
+               again from the stored file when it commits (default 4m)
   ddl          false to leave out DDL rows (default true)
 
 Partitions: one per stored file, large files cut at group boundaries into ~splitBytes
@@ -70,7 +70,6 @@ class Options:
     tables: str | None
     split_bytes: int
     segment_bytes: int
-    spill_dir: str | None
     ddl: bool
 
     @classmethod
@@ -88,27 +87,26 @@ class Options:
         return cls(str(path), pl.parse_bound(opts.get("since"), "since"),
                    pl.parse_bound(opts.get("until"), "until"), tables,
                    pl.parse_size(opts.get("splitbytes"), pl.DEFAULT_SPLIT_BYTES),
-                   pl.parse_size(opts.get("segmentbytes"), 4 << 20), opts.get("spilldir") or None, ddl)
+                   pl.parse_size(opts.get("segmentbytes"), 4 << 20), ddl)
 
 
 class BinlogPartition(InputPartition):
     """One group-aligned range of one stored file, with the filters to apply."""
 
     def __init__(self, rng: pl.FileRange, since_gtids: dict[int, int], until_gtids: dict[int, int],
-                 tables: str | None, segment_bytes: int, spill_dir: str | None, ddl: bool) -> None:
+                 tables: str | None, segment_bytes: int, ddl: bool) -> None:
         super().__init__((rng.name, rng.start, rng.end))
         self.range = rng
         self.since_gtids = since_gtids
         self.until_gtids = until_gtids
         self.tables = tables
         self.segment_bytes = segment_bytes
-        self.spill_dir = spill_dir
         self.ddl = ddl
 
 
 def _partitions(ranges: list[pl.FileRange], gtids: Any, o: Options) -> list[BinlogPartition]:
-    return [BinlogPartition(r, dict(gtids.since), dict(gtids.until), o.tables, o.segment_bytes,
-                            o.spill_dir, o.ddl) for r in ranges]
+    return [BinlogPartition(r, dict(gtids.since), dict(gtids.until), o.tables, o.segment_bytes, o.ddl)
+            for r in ranges]
 
 
 _ARROW_TYPES = {"pos": "int64", "server_id": "int64", "seq": "int64", "txn_pos": "int64",
@@ -137,7 +135,7 @@ def read_partition(part: BinlogPartition) -> Iterator[Any]:
     rng = part.range
     changes = iter_changes(rng.path, rng.start, rng.end, file=rng.name,
                            gtids=GtidRange(part.since_gtids, part.until_gtids), tables=part.tables,
-                           segment_bytes=part.segment_bytes, spill_dir=part.spill_dir, with_ddl=part.ddl)
+                           segment_bytes=part.segment_bytes, with_ddl=part.ddl)
     cols: list[list[Any]] = [[] for _ in range(13)]
     (c_file, c_pos, c_gtid, c_ts, c_sid, c_db, c_table, c_op, c_seq, c_before, c_after, c_query,
      c_txn) = cols

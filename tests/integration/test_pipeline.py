@@ -399,7 +399,7 @@ RSS_PROBE = textwrap.dedent("""
     from relay.pipeline import plan as pl
     data_dir, mode = sys.argv[1], sys.argv[2]
     p = pl.plan_ranges(data_dir)
-    rows = spilled = 0
+    rows = reread = 0
     if mode == "changes":
         from relay.binlog.changes import iter_changes, row_json
         for r in p.ranges:
@@ -407,7 +407,7 @@ RSS_PROBE = textwrap.dedent("""
             for c in iter_changes(r.path, r.start, r.end, file=r.name, decoder_out=decoders):
                 row_json(c.after, c.table_map)
                 rows += 1
-            spilled += decoders[0].spilled_groups
+            reread += decoders[0].reread_groups
     else:  # what a Spark executor's Python worker runs: Arrow batches of JSON rows
         from relay.pipeline.source import Options, BinlogBatchReader
         reader = BinlogBatchReader(Options.parse({"path": data_dir}))
@@ -415,7 +415,7 @@ RSS_PROBE = textwrap.dedent("""
             for batch in reader.read(part):
                 rows += batch.num_rows
     hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-    print(json.dumps({"rows": rows, "spilled_groups": spilled, "peak_rss_mib": hwm / 1024}))
+    print(json.dumps({"rows": rows, "reread_groups": reread, "peak_rss_mib": hwm / 1024}))
 """)
 
 
@@ -457,7 +457,7 @@ def test_million_row_transaction_in_bounded_memory(spark: SparkSession, mariadb_
     assert binlog_mib > 10  # 1.2 M rows logged (1 M would be 8.6 MiB)
     decoder = probe(data, "changes")
     assert decoder["rows"] == 1_000_000 + 3 + 1  # + CREATE DATABASE, 2 x CREATE TABLE, big.m's row
-    assert decoder["spilled_groups"] >= 1
+    assert decoder["reread_groups"] >= 1
     executor = probe(data, "arrow")
     assert executor["rows"] == decoder["rows"]
     print(f"\n1M-row transaction ({binlog_mib:.1f} MiB of binlog, 1.2M rows logged): peak RSS "

@@ -1,23 +1,24 @@
 """Change rows (relay.binlog.changes): binlogs captured from MariaDB 10.11 (tests/fixtures/rows)
 against the values the server reported via SELECT, and transaction envelopes recomposed
-from those real events (rollback, savepoints, spilled segments, DDL, filters), plus the
-partition planner's group-aligned splits (relay.pipeline.plan)."""
+from those real events (rollback, savepoints, large groups read again from the file, DDL,
+filters), plus the partition planner's group-aligned splits (relay.pipeline.plan)."""
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import hashlib
+import io
 import json
 import shutil
 import struct
 import zlib
 from decimal import Decimal
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
 
-from relay.binlog import changes as changes_module
 from relay.binlog import events as ev
 from relay.binlog.changes import (
     Change,
@@ -190,6 +191,15 @@ def statement_parts(table: str = "ints") -> list[list[bytes]]:
     return out
 
 
+def binlog_of(events: list[bytes]) -> io.BytesIO:
+    """The file these events would be in (run feeds them at these offsets)."""
+    return io.BytesIO(ev.BINLOG_MAGIC + b"".join(events))
+
+
+def decoder_for(events: list[bytes], **kw) -> ChangeDecoder:
+    return ChangeDecoder("f", binlog_of(events), **kw)
+
+
 def run(decoder: ChangeDecoder, events: list[bytes]) -> list[Change]:
     out: list[Change] = []
     offset = 4
@@ -211,7 +221,7 @@ def test_rollback_discards_the_group_and_commit_keeps_it() -> None:
     insert, update, *_ = statement_parts("ints")
     events = [fde(), gtid_event(10), *insert, query_event("ROLLBACK"),
               gtid_event(11), *insert, *update, xid_event(1_700_000_555)]
-    got = run(ChangeDecoder("f"), events)
+    got = run(decoder_for(events), events)
     assert ids(got) == [("insert", 1), ("insert", 2), ("insert", 3), ("insert", 4), ("update", 1)]
     assert {c.gtid for c in got} == {"0-1-11"}
     assert {c.commit_ts for c in got} == {1_700_000_555}
@@ -219,63 +229,89 @@ def test_rollback_discards_the_group_and_commit_keeps_it() -> None:
     assert got[0].query.startswith("INSERT INTO ints") and got[4].query.startswith("UPDATE ints")
 
 
-@pytest.mark.parametrize("segment_bytes", [1 << 20, 64])
-def test_savepoints_drop_what_rollback_to_undid(segment_bytes: int) -> None:
+def savepoint_group() -> list[bytes]:
+    """A transaction with savepoints, a statement-based query and an INTVAR event."""
     insert, update, update2, delete = statement_parts("ints")[:4]
-    events = [fde(), gtid_event(20), *insert, query_event("SAVEPOINT `a`"), *update,
-              query_event("SAVEPOINT `b`"), *update2, query_event("ROLLBACK TO `a`"),
-              *delete, query_event("SAVEPOINT `c`"), *update, query_event("RELEASE SAVEPOINT c"),
-              query_event("COMMIT")]
-    decoder = ChangeDecoder("f", segment_bytes=segment_bytes)
-    got = run(decoder, events)
-    assert ids(got) == [("insert", 1), ("insert", 2), ("insert", 3), ("insert", 4),
-                        ("delete", 2), ("delete", 4), ("update", 1)]
-    assert [c.seq for c in got] == list(range(7))
-    assert decoder.spilled_groups == (1 if segment_bytes == 64 else 0)
+    intvar = make_event(ev.INTVAR_EVENT, b"\x02" + struct.pack("<Q", 5))
+    return [fde(), gtid_event(20), *insert, query_event("SAVEPOINT `a`"), *update,
+            query_event("SAVEPOINT `b`"), *update2, query_event("ROLLBACK TO b"), *update2,
+            query_event("ROLLBACK TO `a`"),
+            *delete, intvar, query_event("INSERT INTO notes VALUES (1)"), query_event("SAVEPOINT `c`"),
+            *update, query_event("RELEASE SAVEPOINT c"), query_event("SAVEPOINT `d`"), *update2,
+            query_event("ROLLBACK TO d"), query_event("COMMIT")]
 
 
-def test_big_group_spills_in_segments_and_reads_back_in_order() -> None:
+def test_savepoints_drop_what_rollback_to_undid() -> None:
+    events = savepoint_group()
+    expected = [("insert", 1), ("insert", 2), ("insert", 3), ("insert", 4), ("delete", 2), ("delete", 4),
+                ("statement", "INSERT INTO notes VALUES (1)"), ("update", 1)]
+    # Every segment size, so that each ROLLBACK TO meets its undone events in memory, in
+    # the span to read again, or straddling both, and the span later grows over the hole.
+    total = sum(map(len, events))
+    for segment_bytes in [*range(32, total, 32), 1 << 20]:
+        decoder = decoder_for(events, segment_bytes=segment_bytes)
+        got = run(decoder, events)
+        assert [(c.op, c.query if c.op == "statement" else (c.after or c.before)["id"])
+                for c in got] == expected, segment_bytes
+        assert [c.seq for c in got] == list(range(8))
+        if segment_bytes <= 256:  # smaller than one statement's events
+            assert decoder.reread_groups == 1
+    assert decoder.reread_groups == 0  # 1 << 20: all in memory
+
+
+def test_big_group_is_read_again_from_the_file_in_order() -> None:
     insert = statement_parts("ints")[0]
     events = [fde(), gtid_event(30)] + insert * 500 + [xid_event()]
-    decoder = ChangeDecoder("f", segment_bytes=4096)
+    decoder = decoder_for(events, segment_bytes=4096)
     got = run(decoder, events)
     assert len(got) == 2000 and [c.seq for c in got] == list(range(2000))
-    assert decoder.spilled_groups == 1 and decoder.peak_spill_bytes > 100_000
-    plain = run(ChangeDecoder("f"), events)
+    assert decoder.reread_groups == 1 and decoder.peak_reread_bytes > 100_000
+    plain = run(decoder_for(events), events)
     assert [c[:13] for c in got] == [c[:13] for c in plain]
-    # a rollback after spilling drops the spill file's rows too
-    assert run(ChangeDecoder("f", segment_bytes=4096), events[:-1] + [query_event("ROLLBACK")]) == []
+    # a rollback after letting go of the events drops them too
+    rolled_back = events[:-1] + [query_event("ROLLBACK")]
+    assert run(decoder_for(rolled_back, segment_bytes=4096), rolled_back) == []
 
 
-
-@pytest.mark.parametrize("block", [1, 97, 1000])
-def test_spill_file_read_back_in_small_blocks(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Records straddle the blocks the spill reader reads (1 MiB in real use).
-    monkeypatch.setattr(changes_module, "_SPILL_READ", block)
+def test_group_memory_stays_within_a_segment() -> None:
     insert = statement_parts("ints")[0]
-    events = [fde(), gtid_event(31)] + insert * 60 + [xid_event()]
-    decoder = ChangeDecoder("f", segment_bytes=2048)
-    got = run(decoder, events)
-    assert decoder.spilled_groups == 1 and len(got) == 240
-    assert [c[:13] for c in got] == [c[:13] for c in run(ChangeDecoder("f"), events)]
+    events = [fde(), gtid_event(31)] + insert * 200
+    decoder = decoder_for(events, segment_bytes=2048)
+    peak = 0
+    for offset, e in zip(accumulate([4] + [len(e) for e in events]), events):
+        assert list(decoder.feed(offset, e)) == []
+        peak = max(peak, decoder._group.mem_bytes if decoder._group else 0)
+    assert 0 < peak <= 2048 + max(map(len, insert))
 
 
-def test_truncated_spill_file_is_an_error() -> None:
+@pytest.mark.parametrize("name", ["full.binlog", "compressed.binlog"])
+def test_fixture_groups_read_again_from_the_file_match(name: str) -> None:
+    # Real binlogs: every group outgrows a 64-byte segment and is read from the file again.
+    decoders: list[ChangeDecoder] = []
+    small = list(iter_changes(FIXTURES / name, segment_bytes=64, decoder_out=decoders))
+    assert decoders[0].reread_groups > 10
+    assert small == list(iter_changes(FIXTURES / name))
+
+
+def test_binlog_shorter_than_the_group_is_an_error() -> None:
     insert = statement_parts("ints")[0]
-    decoder = ChangeDecoder("f", segment_bytes=2048)
-    run(decoder, [fde(), gtid_event(32)] + insert * 60)
-    group = decoder._group
-    assert group is not None and group.spill is not None
-    group.spill.truncate(group.spilled - 10)
-    with pytest.raises(ChangeDecodeError, match="spill file truncated"):
-        list(decoder.feed(4, xid_event()))
+    events = [fde(), gtid_event(32)] + insert * 60
+    binlog = binlog_of(events)
+    decoder = ChangeDecoder("f", binlog, segment_bytes=2048)
+    run(decoder, events)
+    end = len(binlog.getvalue())
+    assert decoder._group is not None and decoder._group.span is not None
+    binlog.truncate(end - 10)
+    with pytest.raises(ChangeDecodeError, match="ends before"):
+        list(decoder.feed(end, xid_event()))
+
 
 def test_standalone_ddl_nontransactional_commit_and_unfinished_group() -> None:
     insert = statement_parts("ints")[0]
     events = [fde(), gtid_event(40, standalone=True), query_event("ALTER TABLE ints ADD x INT", timestamp=5),
               gtid_event(41), *insert, query_event("COMMIT"),  # MyISAM: the group ends with a COMMIT query
               gtid_event(42), *insert]  # no commit yet
-    decoder = ChangeDecoder("f")
+    decoder = decoder_for(events)
     got = run(decoder, events)
     assert [(c.op, c.gtid) for c in got] == [("ddl", "0-1-40")] + [("insert", "0-1-41")] * 4
     assert got[0].query == "ALTER TABLE ints ADD x INT" and got[0].commit_ts == 5
@@ -290,14 +326,14 @@ def test_gtid_and_table_filters() -> None:
     events = [fde(), gtid_event(50), *insert, *decs, xid_event(),
               gtid_event(51), *insert, xid_event(),
               gtid_event(52, domain=1), *decs, xid_event()]
-    got = run(ChangeDecoder("f", gtids=GtidRange(since={0: 50})), events)
+    got = run(decoder_for(events, gtids=GtidRange(since={0: 50})), events)
     assert [c.gtid for c in got] == ["0-1-51"] * 4 + ["1-1-52"] * 5
-    got = run(ChangeDecoder("f", gtids=GtidRange(until={0: 50, 1: 0})), events)
+    got = run(decoder_for(events, gtids=GtidRange(until={0: 50, 1: 0})), events)
     assert {c.gtid for c in got} == {"0-1-50"}
-    got = run(ChangeDecoder("f", tables=TableFilter("rows_full.decs")), events)
+    got = run(decoder_for(events, tables=TableFilter("rows_full.decs")), events)
     assert [(c.table, c.seq) for c in got[:5]] == [("decs", s) for s in range(4, 9)]  # seq counts all tables
     assert {c.table for c in got} == {"decs"}
-    assert len(run(ChangeDecoder("f", tables=TableFilter("rows_*.*")), events)) == 4 + 5 + 4 + 5
+    assert len(run(decoder_for(events, tables=TableFilter("rows_*.*")), events)) == 4 + 5 + 4 + 5
 
 
 def test_table_filter_on_statements() -> None:
@@ -332,7 +368,7 @@ def test_mysql_gtid_and_begin_groups() -> None:
     events = [fde(), mysql_gtid, query_event("BEGIN"), *insert, xid_event(),
               mysql_gtid, query_event("CREATE TABLE z (id INT)"),
               query_event("BEGIN"), *insert, query_event("COMMIT")]  # no GTID at all
-    got = run(ChangeDecoder("f"), events)
+    got = run(decoder_for(events), events)
     assert got[0].gtid == "00010203-0405-0607-0809-0a0b0c0d0e0f:77"
     assert [c.op for c in got] == ["insert"] * 4 + ["ddl"] + ["insert"] * 4
     assert got[-1].gtid is None and got[-1].txn_pos < got[-1].pos
