@@ -1,6 +1,6 @@
-"""Change rows from a binlog: transactions in, one row per changed table row out.
+"""Change rows from a binlog: transactions in, one row per changed table row out (sans-IO).
 
-    decoder = ChangeDecoder("mysql-bin.000007", binlog)  # binlog: the open file
+    decoder = ChangeDecoder("mysql-bin.000007", partial(iter_events, binlog))
     for offset, event in iter_events(binlog, 4, end):    # whole events, in file order
         for change in decoder.feed(offset, event):
             ...                                          # Change(file, pos, gtid, commit_ts, ...)
@@ -25,9 +25,9 @@ of its first event, the commit event's timestamp and its place (``seq``) in the 
 * Bounded memory (Drizzle's bulk segments): the events of the open group are kept in memory
   up to ``segment_bytes``; beyond that the decoder lets go of them and remembers only the
   span of the binlog file they lie in, so a transaction of millions of rows never sits in
-  memory. When the commit arrives, that span is read again from the binlog itself (the
-  file is append-only and the span lies below the committed end) and its events are
-  picked out as they were the first time; on ROLLBACK there is nothing to clean up. Only
+  memory. When the commit arrives, the decoder asks its caller for that span's events
+  again (``reread``: iter_changes reads them from the binlog file, which is append-only,
+  and the span lies below the committed end) and picks them out as it did the first time; on ROLLBACK there is nothing to clean up. Only
   one event is decoded at a time. Segments are counted in bytes, not rows: a row can hold
   a 1 GB blob.
 
@@ -52,6 +52,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fnmatch import fnmatchcase
+from functools import partial
 from itertools import chain, count, repeat
 from typing import Any, BinaryIO, NamedTuple
 
@@ -59,7 +60,6 @@ from . import coltypes as ct
 from . import events as ev
 from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
 from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
-from ..storage.scan import iter_events
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter", "iter_changes",
@@ -258,17 +258,17 @@ class ChangeDecoder:
 
     file: the file name put in each Change. gtids/tables: filters (see GtidRange,
     TableFilter); a filtered-out group is skipped without decoding, a filtered-out table's
-    rows are decoded (for ``seq``) but not emitted. binlog: the open (seekable) file the
-    events come from, whose offsets ``feed`` gets; a group larger than ``segment_bytes`` is
-    read from it again at its commit (each read seeks first, so it can be the stream the
-    caller is reading with relay.storage.scan.iter_events).
+    rows are decoded (for ``seq``) but not emitted. reread(start, end): the events of
+    [start, end) of the file again, as (offset, event), for a group larger than
+    ``segment_bytes``, whose events the decoder let go of (relay.storage.scan.iter_events
+    on the file, which seeks before each read, so it may be the stream being fed from).
     """
 
-    def __init__(self, file: str, binlog: BinaryIO, *, gtids: GtidRange | None = None,
-                 tables: TableFilter | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 with_ddl: bool = True) -> None:
+    def __init__(self, file: str, reread: Callable[[int, int], Iterable[tuple[int, bytes | memoryview]]], *,
+                 gtids: GtidRange | None = None, tables: TableFilter | None = None,
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, with_ddl: bool = True) -> None:
         self.file = file
-        self.binlog = binlog
+        self.reread = reread
         self.gtids = gtids or GtidRange()
         self.tables = tables or TableFilter(None)
         self.segment_bytes = segment_bytes
@@ -469,13 +469,13 @@ class ChangeDecoder:
         records = group.mem if group.span is None else chain(self._reread(group), group.mem)
         return chain.from_iterable(self._batches(group, records, commit_ts))
 
-    def _reread(self, group: _Group) -> Iterator[tuple[int, memoryview]]:
+    def _reread(self, group: _Group) -> Iterator[tuple[int, bytes | memoryview]]:
         """The group's events in its span of the file, read again: those feed buffered."""
         start, end = group.span  # type: ignore[misc]
         holes = iter(group.holes)
         hole = next(holes, None)
         at = start
-        for offset, event in iter_events(self.binlog, start, end):
+        for offset, event in self.reread(start, end):
             at = offset + len(event)
             while hole is not None and offset >= hole[1]:
                 hole = next(holes, None)
@@ -645,6 +645,8 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
     is not emitted. file: the name put into each Change (default: the path's base name).
     decoder_out: if given, the decoder is appended to it (for its counters).
     """
+    from ..storage.scan import iter_events  # the block reader; sans-IO callers use ChangeDecoder
+
     own = False
     if isinstance(source, (bytes, bytearray, memoryview)):
         stream: BinaryIO = io.BytesIO(bytes(source))
@@ -658,7 +660,7 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
         name = file or getattr(source, "name", "binlog")
     if isinstance(tables, str) or tables is None:
         tables = TableFilter(tables)
-    decoder = ChangeDecoder(name, stream, gtids=gtids, tables=tables, segment_bytes=segment_bytes,
+    decoder = ChangeDecoder(name, partial(iter_events, stream), gtids=gtids, tables=tables, segment_bytes=segment_bytes,
                             with_ddl=with_ddl)
     if decoder_out is not None:
         decoder_out.append(decoder)

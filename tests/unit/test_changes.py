@@ -14,6 +14,7 @@ import shutil
 import struct
 import zlib
 from decimal import Decimal
+from functools import partial
 from itertools import accumulate
 from pathlib import Path
 
@@ -197,7 +198,7 @@ def binlog_of(events: list[bytes]) -> io.BytesIO:
 
 
 def decoder_for(events: list[bytes], **kw) -> ChangeDecoder:
-    return ChangeDecoder("f", binlog_of(events), **kw)
+    return ChangeDecoder("f", partial(iter_events, binlog_of(events)), **kw)
 
 
 def run(decoder: ChangeDecoder, events: list[bytes]) -> list[Change]:
@@ -297,7 +298,7 @@ def test_binlog_shorter_than_the_group_is_an_error() -> None:
     insert = statement_parts("ints")[0]
     events = [fde(), gtid_event(32)] + insert * 60
     binlog = binlog_of(events)
-    decoder = ChangeDecoder("f", binlog, segment_bytes=2048)
+    decoder = ChangeDecoder("f", partial(iter_events, binlog), segment_bytes=2048)
     run(decoder, events)
     end = len(binlog.getvalue())
     assert decoder._group is not None and decoder._group.span is not None
