@@ -1,17 +1,18 @@
 /*
- * relay.binlog._scan: the inner loop of DumpStream.receive (relay/binlog/stream.py) in C.
+ * relay.binlog._scan: the two per-event loops of the relay path in C.
  *
- * The relay must take events from the primary at least as fast as the primary sends them
- * (DESIGN.md, "Performance budget").  In Python the per-event work (frame the packet, unpack
- * the header, CRC32, slice, count) costs about 1.8 us; the primary sends an event in less.
- * This module does that work for the events that need no decision: events inside an open
- * group that cannot change the group state (table maps, rows events, annotations, ...), whose
- * packet, position, flags and CRC32 are exactly as expected.  It stops before the first
- * event that is anything else and leaves it to the Python code, which stays the only place
- * that decides, reports errors and follows rotations.  Without a C compiler the package
- * installs without this module and stream.py runs the same checks in Python.
+ * The relay must take events from the primary, and give them to replicas, at least as fast
+ * as the primary does (DESIGN.md, "Performance budget").  In Python the per-event work of
+ * either loop costs about a microsecond or more; the primary spends less.  This module does
+ * that work for the events that need no decision, and stops before any other, which the
+ * Python code then handles: it stays the only place that decides, reports errors, follows
+ * rotations and filters.  Without a C compiler the package installs without this module and
+ * the same loops run in Python (relay/binlog/stream.py, relay/binlog/outbound.py).
  *
  * scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)
+ *   Ingest (DumpStream.receive): takes the events inside an open group that cannot change
+ *   the group state (table maps, rows events, annotations, ...), whose packet, position,
+ *   flags and CRC32 are exactly as expected.
  *   buf       the bytes of the dump stream (packets: u24 length, u8 sequence id, payload)
  *   pos       offset of the next packet in buf
  *   seq       its expected sequence id
@@ -19,7 +20,13 @@
  *   crc_on    whether events carry a CRC32 to verify
  *   kinds     256 bytes: per event type, 1 for the events this loop may take
  *   counts, sizes   lists of 256 ints (events and bytes per type), increased in place
- * Returns where it stopped, and the events it took, concatenated (None if it took none).
+ *   Returns where it stopped, and the events it took, concatenated (None if it took none).
+ *
+ * frame(block, size, seq, stop_at_origin, group_starts) -> (packets, used, events, last, seq)
+ *   Serve (outbound.frame_block): the whole stored events at the start of block[:size] as
+ *   dump packets (u24 length, sequence id, 00, event), stopping before an event of 16 MB or
+ *   more, a partial one, or a group start (group_starts: 256 bytes, 1 per type) written by
+ *   server stop_at_origin (-1: none).  last: the offset of the last event framed.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -113,6 +120,7 @@ static int add_counts(PyObject *list, const Taken *taken, int n, int by_size)
 
 static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    (void)module;
     if (nargs != 8) {
         PyErr_SetString(PyExc_TypeError, "scan() takes 8 arguments");
         return NULL;
@@ -187,8 +195,70 @@ done:
     return result;
 }
 
+static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "frame() takes 5 arguments");
+        return NULL;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    long seq = PyLong_AsLong(args[2]);
+    long long stop_at_origin = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyBytes_Check(args[4]) || PyBytes_GET_SIZE(args[4]) != 256) {
+        PyErr_SetString(PyExc_TypeError, "frame(): group_starts must be 256 bytes");
+        return NULL;
+    }
+    const unsigned char *group_starts = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *block = view.buf;
+    if (size > view.len || size < 0)
+        size = view.len;
+
+    /* first pass: where to stop, and how many bytes the packets take */
+    Py_ssize_t pos = 0, last = 0, total = 0;
+    long events = 0;
+    while (size - pos >= EVENT_HEADER) {
+        uint32_t length = le32(block + pos + 9);
+        if (length < EVENT_HEADER || length > (uint64_t)(size - pos) || length + 1 >= 0xFFFFFF)
+            break;
+        if (stop_at_origin >= 0 && group_starts[block[pos + 4]]
+                && le32(block + pos + 5) == (uint64_t)stop_at_origin)
+            break;
+        total += PACKET_HEADER + 1 + length;
+        last = pos;
+        pos += length;
+        events++;
+    }
+    PyObject *packets = PyBytes_FromStringAndSize(NULL, total), *result = NULL;
+    if (packets != NULL) {
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packets);
+        for (Py_ssize_t at = 0; at < pos;) {
+            uint32_t length = le32(block + at + 9), payload = length + 1;
+            out[0] = payload & 0xFF;
+            out[1] = (payload >> 8) & 0xFF;
+            out[2] = (payload >> 16) & 0xFF;
+            out[3] = (unsigned char)seq;
+            out[4] = 0;
+            memcpy(out + PACKET_HEADER + 1, block + at, length);
+            out += PACKET_HEADER + 1 + length;
+            at += length;
+            seq = (seq + 1) & 0xFF;
+        }
+        result = Py_BuildValue("(Onlnl)", packets, pos, events, last, seq);
+        Py_DECREF(packets);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *crc32_py(PyObject *module, PyObject *arg)
 {
+    (void)module;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -200,13 +270,15 @@ static PyObject *crc32_py(PyObject *module, PyObject *arg)
 static PyMethodDef scan_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
+    {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
+     "frame(block, size, seq, stop_at_origin, group_starts) -> (packets, used, events, last, seq)"},
     {"crc32", crc32_py, METH_O, "crc32(data) -> int, the same value as zlib.crc32(data)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef scan_module = {
     PyModuleDef_HEAD_INIT, "relay.binlog._scan",
-    "The dump stream's inner loop in C (see stream.py).", -1, scan_methods,
+    "The per-event loops of the relay path in C (see stream.py and outbound.py).", -1, scan_methods,
 };
 
 PyMODINIT_FUNC PyInit__scan(void)

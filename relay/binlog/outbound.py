@@ -15,6 +15,11 @@ from . import events as ev
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
 
+try:
+    from ._scan import frame as _compiled_frame
+except ImportError:  # installed without a C compiler: the Python loop does the same, slower
+    _compiled_frame = None
+
 _GROUP_STARTS = frozenset({ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT,
                            ev.GTID_TAGGED_LOG_EVENT})
 _SERVER_ID = struct.Struct("<I")
@@ -155,7 +160,7 @@ def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
 
 @dataclass(frozen=True)
 class FramedRun:
-    data: bytearray  # the packets: u24 length, sequence id, 00, event
+    data: bytes | bytearray  # the packets: u24 length, sequence id, 00, event
     used: int  # bytes of the block they hold
     events: int
     last_event: int  # offset of the last one in the block
@@ -164,12 +169,17 @@ class FramedRun:
 
 _EVENT_LENGTH = struct.Struct("<I")
 _PACKET_PREFIX = struct.Struct("<IB")
+_GROUP_START_TYPES = bytes(t in _GROUP_STARTS for t in range(256))  # for the compiled loop
 
 
 def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None) -> FramedRun:
     """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
     packets in one pass, stopping before an event of 16 MB or more, a partial one, or a group
-    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way)."""
+    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way).
+    The compiled loop of _scan.c does the same when it is built."""
+    if _compiled_frame is not None:
+        return FramedRun(*_compiled_frame(block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin,
+                                          _GROUP_START_TYPES))
     unpack = _EVENT_LENGTH.unpack_from
     origin_at = _SERVER_ID.unpack_from
     pack = _PACKET_PREFIX.pack
