@@ -344,4 +344,13 @@ def machine_info() -> dict[str, object]:
         "loadavg": list(os.getloadavg()),
         "python": platform.python_version(),
         "kernel": platform.release(),
+        "relay_loops": relay_loops(),
     }
+
+
+def relay_loops() -> str:
+    """Which per-event loops the relay runs: the compiled ones (relay/binlog/_scan.c) or Python's."""
+    from relay.binlog import outbound, stream
+
+    compiled = stream._compiled_scan is not None and outbound._compiled_frame is not None
+    return "compiled" if compiled else "python (relay/binlog/_scan.c not built)"

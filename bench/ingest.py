@@ -351,7 +351,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
                        "bytes": total, "mib": mib(total), "events": runner.total_events},
             "machine": machine_info(),
-            "relay_loop": relay_loop(),
             "workdir": str(runner.workdir),
             "sync_variants": args.sync,
             "rounds": args.rounds,
@@ -421,13 +420,6 @@ def summarize(runs: list[dict[str, Any]], syncs: list[str]) -> dict[str, Any]:
     return summary
 
 
-def relay_loop() -> str:
-    """Which inner loop the relay runs: the compiled one (relay/binlog/_scan.c) or Python's."""
-    from relay.binlog import stream
-
-    return "compiled" if stream._compiled_scan is not None else "python (relay/binlog/_scan.c not built)"
-
-
 def report(results: dict[str, Any]) -> str:
     binlog = results["binlog"]
     primary = results["primary"]
@@ -436,7 +428,7 @@ def report(results: dict[str, Any]) -> str:
         f"{len(binlog['files'])} files, {binlog['mib']:.1f} MiB ({binlog['bytes']:,} bytes), "
         f"{binlog['events']:,} events, checksum {primary['binlog_checksum']}; "
         f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start; "
-        f"relay inner loop: {results['relay_loop']}",
+        f"relay loops: {results['machine']['relay_loops']}",
         "",
         "Runs (every copy checked byte for byte against the primary's files):",
         table(["round", "tool", "seconds", "MiB/s", "M events/s", "process s", "CPU usr+sys s",

@@ -642,7 +642,8 @@ def report(results: dict[str, Any]) -> str:
         f"Serve benchmark: mariadb-binlog --raw --to-last-log from the relay ({relay['commit']}) and from "
         f"MariaDB {primary['version']}; binlog of {len(binlog['files'])} files, {binlog['mib']:.1f} MiB "
         f"({binlog['bytes']:,} bytes), {binlog['events']:,} events, checksum {primary['binlog_checksum']}; "
-        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start",
+        f"{results['machine']['cpus']} CPUs, load {results['machine']['loadavg'][0]:.2f} at start; "
+        f"relay loops: {results['machine']['relay_loops']}",
         f"Relay: stored the binlog in {relay['ingest_s']:.1f} s before the runs (not measured), peak RSS "
         f"{relay['ingest_peak_rss_mib']:.0f} MiB then, {relay['idle_rss_mib']:.0f} MiB idle",
         "",
