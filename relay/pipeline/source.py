@@ -62,6 +62,10 @@ SCHEMA = StructType([
 BATCH_ROWS = 4096
 
 
+_OPTION_NAMES = ("since", "until", "tables", "splitBytes", "segmentBytes", "ddl")
+_KNOWN_OPTIONS = frozenset(name.lower() for name in _OPTION_NAMES) | {"path"}  # path: .load(path)
+
+
 @dataclass(frozen=True)
 class Options:
     data_dir: str
@@ -75,6 +79,11 @@ class Options:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
         opts = {str(k).lower(): v for k, v in options.items()}
+        unknown = sorted(set(opts) - _KNOWN_OPTIONS)
+        if unknown:
+            # a misspelt filter must not silently export everything
+            raise pl.PlanError(f"unknown option(s) of the binlog data source: {', '.join(unknown)} "
+                               f"(known: {', '.join(_OPTION_NAMES)})")
         path = opts.get("path")
         if not path:
             raise pl.PlanError('the binlog data source needs a data_dir: .load("/path/to/data_dir")')

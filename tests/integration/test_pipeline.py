@@ -322,6 +322,9 @@ def test_options_since_until_tables_and_splits(spark: SparkSession, world: World
     assert as_counter([r.asDict() for r in df.collect()]) == as_counter(everything)
     with pytest.raises(Exception, match="FILE:POS"):
         read(spark, world.data_dir, since="last tuesday")
+    # a misspelt filter is an error, not an export of every table
+    with pytest.raises(Exception, match="unknown option.*tabels"):
+        spark.read.format("binlog").option("tabels", "rb.inno").load(str(world.data_dir)).collect()
 
 
 # --------------------------------------------------------------------------- (d) streaming
