@@ -28,7 +28,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# gcc builds the relay's compiled inner loop (relay/binlog/_scan.c); it stays in this stage,
+# gcc builds the relay's compiled loops (relay/binlog/_scan.c); it stays in this stage,
 # the runtime stage gets only the built module. Versions follow the pinned base image.
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -39,7 +39,7 @@ WORKDIR /src
 # Dependencies are pinned by pyproject.toml's ranges; wheels exist for all of them.
 COPY pyproject.toml setup.py README.md ./
 COPY relay ./relay
-# setup.py makes the compiled loop optional (pip installs without it when it cannot build):
+# setup.py makes the compiled loops optional (pip installs without them when it cannot build):
 # importing it here fails the image build instead of shipping a slower relay.
 RUN pip install --no-cache-dir . \
     && python -c "import relay.binlog._scan" \

@@ -1,8 +1,8 @@
-"""Build configuration that pyproject.toml cannot express: the optional C inner loop.
+"""Build configuration that pyproject.toml cannot express: the optional C loops.
 
-relay/binlog/_scan.c speeds up the relay's hot path (see its header). It is optional: where no
-C compiler is found the package installs without it and relay/binlog/stream.py does the same
-work in Python, only slower.
+relay/binlog/_scan.c runs the relay's per-event loops (see its header). It is optional: where
+no C compiler is found the package installs without it, and relay/binlog/stream.py and
+relay/binlog/outbound.py do the same work in Python, only slower.
 """
 
 from setuptools import Extension, setup
