@@ -82,11 +82,12 @@ pyproject = root / "pyproject.toml"
 project = tomllib.loads(pyproject.read_text())["project"]
 dist = metadata.distribution(project["name"])
 direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
-# A clone elsewhere (CI) or an edited pyproject.toml needs a fresh install.
+# A clone elsewhere (CI), an edited pyproject.toml or setup.py needs a fresh install.
 assert direct_url.get("url") == root.as_uri() and direct_url["dir_info"]["editable"]
 assert dist.version == project["version"]
 meta = next(f for f in dist.files if f.name == "METADATA").locate()
-assert pathlib.Path(meta).stat().st_mtime >= pyproject.stat().st_mtime
+installed = pathlib.Path(meta).stat().st_mtime
+assert installed >= pyproject.stat().st_mtime and installed >= (root / "setup.py").stat().st_mtime
 # The install builds the compiled loop when there is a compiler: then it must be newer than its source.
 if shutil.which("gcc") or shutil.which("cc"):
     built = next(root.glob("relay/binlog/_scan.*.so"))
