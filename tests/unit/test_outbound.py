@@ -8,6 +8,7 @@ from relay.binlog import outbound
 from relay.binlog.outbound import DumpOptions, OutboundStream, frame_block
 from relay.protocol.packets import PacketReader
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
+from tests.support.loops import LOOPS, python_loop, select_loop
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
 PRIMARY_ID = 7  # the fixture's server_id
@@ -34,17 +35,9 @@ def _options(**changes) -> DumpOptions:
 
 # frame_block runs the compiled loop of relay/binlog/_scan.c when it is built, else the same
 # loop in Python: the framing tests run both ways.
-COMPILED_FRAME = outbound._compiled_frame
-
-
-@pytest.fixture(params=["compiled", "python"])
+@pytest.fixture(params=LOOPS)
 def frame_loop(request, monkeypatch):
-    if request.param == "compiled":
-        # not a skip: the test command builds the extension, so its absence is a failure
-        assert COMPILED_FRAME is not None, "relay/binlog/_scan.c is not built (pip install -e . needs gcc)"
-    else:
-        monkeypatch.setattr(outbound, "_compiled_frame", None)
-    return request.param
+    return select_loop(request.param, monkeypatch, outbound, "_compiled_frame")
 
 
 def test_frame_block_frames_every_whole_event(frame_loop):
@@ -84,12 +77,8 @@ def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_ori
     block = bytes(block)
     size = min(cut, len(block))
     compiled = _framed(block, size, seq, stop_at_origin)
-    outbound._compiled_frame = None
-    try:
-        python = _framed(block, size, seq, stop_at_origin)
-    finally:
-        outbound._compiled_frame = COMPILED_FRAME
-    assert compiled == python
+    with python_loop(outbound, "_compiled_frame"):
+        assert compiled == _framed(block, size, seq, stop_at_origin)
 
 
 def test_filter_skips_whole_groups_of_ignored_servers_and_counts_them():

@@ -13,6 +13,7 @@ from relay.binlog.groups import GroupTracker
 from relay.binlog.stream import DumpStream, ResumePoint, StreamError, UpstreamEnded
 from relay.protocol.packets import PacketReader
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
+from tests.support.loops import LOOPS, NOT_BUILT, python_loop, select_loop
 
 WIRE = Path(__file__).parent.parent / "fixtures" / "wire"
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
@@ -141,14 +142,9 @@ def test_rotation_to_next_file():
 COMPILED_SCAN = stream_module._compiled_scan
 
 
-@pytest.fixture(params=["compiled", "python"])
+@pytest.fixture(params=LOOPS)
 def scan_loop(request, monkeypatch):
-    if request.param == "compiled":
-        # not a skip: the test command builds the extension, so its absence is a failure
-        assert COMPILED_SCAN is not None, "relay/binlog/_scan.c is not built (pip install -e . needs gcc)"
-    else:
-        monkeypatch.setattr(stream_module, "_compiled_scan", None)
-    return request.param
+    return select_loop(request.param, monkeypatch, stream_module, "_compiled_scan")
 
 
 def _stored_bytes(segments) -> bytes:
@@ -223,11 +219,10 @@ def _outcome(segments, stream):
 
 
 @pytest.mark.parametrize("step", [1, 5, 24, 100, 333, 4096, 1 << 20])
-def test_compiled_loop_gives_what_the_python_loop_gives(step, monkeypatch):
-    assert COMPILED_SCAN is not None, "relay/binlog/_scan.c is not built"
+def test_compiled_loop_gives_what_the_python_loop_gives(step):
     compiled = _outcome(*_receive_all(_dump_bytes(), step))
-    monkeypatch.setattr(stream_module, "_compiled_scan", None)
-    assert compiled == _outcome(*_receive_all(_dump_bytes(), step))
+    with python_loop(stream_module, "_compiled_scan"):
+        assert compiled == _outcome(*_receive_all(_dump_bytes(), step))
 
 
 def _packet_offsets(raw: bytes) -> list[int]:
@@ -246,6 +241,7 @@ def _rows_packet_offsets(raw: bytes) -> list[int]:
 def test_compiled_loop_takes_group_content():
     # The speed comes from the compiled loop taking the group content itself; this fails if it
     # stops taking it (the other tests would still pass, through the Python loop).
+    assert COMPILED_SCAN is not None, NOT_BUILT
     raw = _dump_bytes()
     packets = _packet_offsets(raw)
     first = next(i for i, pos in enumerate(packets) if raw[pos + 9] == ev.ANNOTATE_ROWS_EVENT)
@@ -334,9 +330,5 @@ def test_compiled_loop_agrees_on_damaged_streams(flips, step):
     for offset, xor in flips:
         raw[offset % len(raw)] ^= xor
     compiled = _outcome_or_error(bytes(raw), step)
-    stream_module._compiled_scan = None
-    try:
-        python = _outcome_or_error(bytes(raw), step)
-    finally:
-        stream_module._compiled_scan = COMPILED_SCAN
-    assert compiled == python
+    with python_loop(stream_module, "_compiled_scan"):
+        assert compiled == _outcome_or_error(bytes(raw), step)
