@@ -12,58 +12,23 @@
 # all:    ingest, then serve, on one primary (see run_all below for how options are shared).
 # Both start a throw-away MariaDB primary and fill its binlog with sysbench (or --reuse
 # the one of an earlier run). Before that this script makes sure the programs exist:
-#   MariaDB server and client, and sysbench: installed with apt-get when missing and run
-#   as root (the packaged services are kept from starting), otherwise the script says
-#   what to install and exits 1.
-#   The project's Python dependencies: pip install -e . when `import relay, trio` fails;
+#   MariaDB server and client, sysbench, gcc and Python's headers: installed with apt-get
+#   when missing and run as root (scripts/setup.sh; the packaged services are kept from
+#   starting), otherwise the script says what to install and exits 1.
+#   The project: pip install -e . when it or its compiled loops do not import;
 #   py-spy (pip) when --profile py-spy is asked for.
 # Env: PYTHON (default python3), BENCH_TOOLS_DIR (mariadb-sandbox.sh and gen-binlog.sh,
 #      default /work/shared/tools).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PYTHON=${PYTHON:-python3}
-PROGRAMS=(mariadbd mariadb-install-db mariadb mariadb-binlog sysbench)
-PACKAGES=(mariadb-server mariadb-client sysbench)
-POLICY_RC=/usr/sbin/policy-rc.d
+# shellcheck source=scripts/setup.sh
+source scripts/setup.sh
 
-log() { echo "bench.sh: $*" >&2; }
-
-# mariadbd lives in /usr/sbin, which is not on every user's PATH.
-have() { command -v "$1" > /dev/null 2>&1 || [[ -x /usr/sbin/$1 ]]; }
-
-missing_programs() {
-  local p
-  for p in "${PROGRAMS[@]}"; do have "$p" || echo "$p"; done
-}
-
-install_programs() {
-  local missing
-  missing=$(missing_programs | tr '\n' ' ')
-  [[ -z $missing ]] && return 0
-  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get > /dev/null; then
-    log "missing programs: $missing"
-    log "install them, then run this again:  sudo apt-get install -y ${PACKAGES[*]}"
-    exit 1
-  fi
-  log "installing ${PACKAGES[*]} (missing: $missing)"
-  # policy-rc.d exit 101: the packages may not start their services (we run our own servers).
-  local created_policy=no
-  if [[ ! -e $POLICY_RC ]]; then
-    printf '#!/bin/sh\n# temporary, from binlog-relay scripts/bench.sh\nexit 101\n' > "$POLICY_RC"
-    chmod 755 "$POLICY_RC"
-    trap 'rm -f "$POLICY_RC"' EXIT  # also when apt-get fails
-    created_policy=yes
-  fi
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${PACKAGES[@]}"
-  if [[ $created_policy == yes ]]; then rm -f "$POLICY_RC"; trap - EXIT; fi
-  missing=$(missing_programs | tr '\n' ' ')
-  [[ -z $missing ]] || { log "still missing after apt-get install: $missing"; exit 1; }
-}
-
+# The figures depend on the compiled loops (relay/binlog/_scan.c): without them the relay runs
+# its Python loops, and the benchmarks say so, but the point is to measure what ships.
 install_python_deps() {
-  "$PYTHON" -c 'import relay.upstream, trio' > /dev/null 2>&1 && return 0
+  "$PYTHON" -c 'import relay.upstream, relay.binlog._scan, trio' > /dev/null 2>&1 && return 0
   log "installing the project (pip install -e .)"
   "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e .
 }
@@ -156,7 +121,9 @@ case ${1:-} in
   ingest | serve | all) which=$1; shift ;;
 esac
 
-install_programs
+install_mariadb
+install_debian sysbench sysbench sysbench
+install_c_build_tools
 install_python_deps
 install_py_spy "$@"
 case $which in

@@ -88,43 +88,51 @@ typedef struct {
     unsigned char type;
 } Taken;
 
-/* Adds what this call counted to the caller's per-type lists. */
-static int add_counts(PyObject *list, const Taken *taken, int n, int by_size)
+/* list[t] += amount, for a list of Python ints. */
+static int add_to_item(PyObject *list, int t, uint64_t amount)
 {
-    uint64_t total[256];
+    PyObject *added = PyLong_FromUnsignedLongLong(amount);
+    if (added == NULL)
+        return -1;
+    PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, t), added);
+    Py_DECREF(added);
+    return sum == NULL ? -1 : PyList_SetItem(list, t, sum);
+}
+
+/* Adds the events taken to the caller's per-type counts and sizes, in one pass. */
+static int add_counts(PyObject *counts, PyObject *sizes, const Taken *taken, int n)
+{
+    uint64_t events[256], bytes[256];
     unsigned char seen[256] = {0};
     for (int i = 0; i < n; i++) {
         unsigned char t = taken[i].type;
         if (!seen[t]) {
             seen[t] = 1;
-            total[t] = 0;
+            events[t] = bytes[t] = 0;
         }
-        total[t] += by_size ? taken[i].length : 1;
+        events[t]++;
+        bytes[t] += taken[i].length;
     }
-    for (int t = 0; t < 256; t++) {
-        if (!seen[t])
-            continue;
-        PyObject *old = PyList_GetItem(list, t);
-        if (old == NULL)
+    for (int t = 0; t < 256; t++)
+        if (seen[t] && (add_to_item(counts, t, events[t]) < 0 || add_to_item(sizes, t, bytes[t]) < 0))
             return -1;
-        PyObject *added = PyLong_FromUnsignedLongLong(total[t]);
-        if (added == NULL)
-            return -1;
-        PyObject *sum = PyNumber_Add(old, added);
-        Py_DECREF(added);
-        if (sum == NULL || PyList_SetItem(list, t, sum) < 0)
-            return -1;
-    }
+    return 0;
+}
+
+/* METH_FASTCALL functions check their argument count themselves. */
+static int takes(const char *name, Py_ssize_t expected, Py_ssize_t nargs)
+{
+    if (nargs == expected)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, nargs);
     return 0;
 }
 
 static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "scan() takes 8 arguments");
+    if (!takes("scan", 8, nargs))
         return NULL;
-    }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     long seq = PyLong_AsLong(args[2]);
     long long position = PyLong_AsLongLong(args[3]);
@@ -185,7 +193,7 @@ static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             memcpy(out, buf + taken[i].start, taken[i].length);
             out += taken[i].length;
         }
-        if (add_counts(counts, taken, n, 0) < 0 || add_counts(sizes, taken, n, 1) < 0)
+        if (add_counts(counts, sizes, taken, n) < 0)
             goto done;
     }
     result = Py_BuildValue("(nlLO)", pos, seq, position, events ? events : Py_None);
@@ -198,10 +206,8 @@ done:
 static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "frame() takes 5 arguments");
+    if (!takes("frame", 5, nargs))
         return NULL;
-    }
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     long seq = PyLong_AsLong(args[2]);
     long long stop_at_origin = PyLong_AsLongLong(args[3]);

@@ -280,7 +280,6 @@ class ChangeDecoder:
         self._group: _Group | None = None
         self._pending: tuple[str | None, int, bool] | None = None  # GTID seen, group not yet buffered
         self.reread_groups = 0  # how many groups outgrew memory and were read again (tests, metrics)
-        self.peak_reread_bytes = 0
 
     # ------------------------------------------------------------------ events in
 
@@ -443,7 +442,6 @@ class ChangeDecoder:
         group.span = (start, last_offset + len(last))
         group.mem = []
         group.mem_bytes = 0
-        self.peak_reread_bytes = max(self.peak_reread_bytes, group.span[1] - group.span[0])
 
     def _drop_group(self) -> None:
         self._group = None

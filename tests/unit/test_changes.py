@@ -266,7 +266,7 @@ def test_big_group_is_read_again_from_the_file_in_order() -> None:
     decoder = decoder_for(events, segment_bytes=4096)
     got = run(decoder, events)
     assert len(got) == 2000 and [c.seq for c in got] == list(range(2000))
-    assert decoder.reread_groups == 1 and decoder.peak_reread_bytes > 100_000
+    assert decoder.reread_groups == 1
     plain = run(decoder_for(events), events)
     assert [c[:13] for c in got] == [c[:13] for c in plain]
     # a rollback after letting go of the events drops them too
