@@ -1,8 +1,11 @@
-"""MariaDB GTID positions: 'domain-server-seq' lists, as in @@gtid_slave_pos and GTID_LIST events."""
+"""MariaDB GTIDs: 'domain-server-seq' positions (@@gtid_slave_pos, @slave_connect_state) and the
+binlog state a primary keeps (one last GTID per domain *and server_id*, as GTID_LIST events list it).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
@@ -41,3 +44,69 @@ def parse_gtid_position(text: str) -> dict[int, Gtid]:
 
 def format_gtid_position(position: dict[int, Gtid]) -> str:
     return ",".join(str(position[domain]) for domain in sorted(position))
+
+
+class BinlogState:
+    """MariaDB's rpl_binlog_state: per domain, the last seq_no of every server_id that wrote in it,
+    and which of them was written last.  A GTID_LIST event lists exactly this, domain by domain in
+    the order the domains first appeared, each domain's servers in the order they first appeared
+    except that the domain's most recent GTID comes last; ``gtid_list`` keeps that order (dicts
+    keep insertion order, as MariaDB's hashes do while nothing is deleted)."""
+
+    __slots__ = ("_domains", "_last")
+
+    def __init__(self, gtids: Iterable[Gtid] = ()) -> None:
+        self._domains: dict[int, dict[int, int]] = {}
+        self._last: dict[int, Gtid] = {}
+        for gtid in gtids:
+            self.update(gtid)
+
+    def update(self, gtid: Gtid) -> None:
+        self._domains.setdefault(gtid.domain_id, {})[gtid.server_id] = gtid.seq_no
+        self._last[gtid.domain_id] = gtid
+
+    def copy(self) -> BinlogState:
+        state = BinlogState()
+        state._domains = {domain: dict(servers) for domain, servers in self._domains.items()}
+        state._last = dict(self._last)
+        return state
+
+    def seq_of(self, domain_id: int, server_id: int) -> int | None:
+        """The last seq_no ``server_id`` wrote in ``domain_id`` (find_in_binlog_state)."""
+        return self._domains.get(domain_id, {}).get(server_id)
+
+    def last(self, domain_id: int) -> Gtid | None:
+        """The domain's most recent GTID (lookup_domain_in_binlog_state)."""
+        return self._last.get(domain_id)
+
+    def most_recent(self) -> dict[int, Gtid]:
+        """One GTID per domain, as @@gtid_binlog_pos shows it."""
+        return dict(self._last)
+
+    def gtid_list(self) -> list[Gtid]:
+        listed = []
+        for domain, servers in self._domains.items():
+            last = self._last[domain]
+            listed += [Gtid(domain, server, seq) for server, seq in servers.items() if server != last.server_id]
+            listed.append(last)
+        return listed
+
+    def __bool__(self) -> bool:
+        return bool(self._last)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BinlogState) and self.gtid_list() == other.gtid_list()
+
+    def __repr__(self) -> str:
+        return f"BinlogState({','.join(map(str, self.gtid_list()))})"
+
+
+def start_missing_message(requested: Gtid, state: BinlogState) -> str:
+    """ERR 1236 text for a replica's GTID that the binlog does not have (give_error_start_pos_
+    missing_in_binlog): the "diverged" form when the domain already went past its seq_no."""
+    message = f"Error: connecting slave requested to start from GTID {requested}, which is not in the master's binlog"
+    last = state.last(requested.domain_id)
+    if last is not None and last.seq_no >= requested.seq_no:
+        message += (". Since the master's binlog contains GTIDs with higher sequence numbers, it probably means "
+                    "that the slave has diverged due to executing extra erroneous transactions")
+    return message

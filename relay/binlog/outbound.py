@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from . import events as ev
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
+from .gtidstart import GtidStart, GtidStartError
 
 try:
     from ._scan import frame as _compiled_frame
@@ -23,7 +24,6 @@ except ImportError:  # installed without a C compiler: the Python loop does the 
 _GROUP_STARTS = frozenset({ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT,
                            ev.GTID_TAGGED_LOG_EVENT})
 _SERVER_ID = struct.Struct("<I")
-_MARIADB_GTID = struct.Struct("<QI")  # seq_no, domain_id at the start of the body
 
 SKIP_IGNORED_SERVER = "ignore_server_ids"
 SKIP_OWN_SERVER = "replica_own_server_id"
@@ -43,7 +43,6 @@ class DumpOptions:
     ignore_server_ids: frozenset[int] = frozenset()
     send_annotate_rows: bool = True
     replica_capability: int = CAPABILITY_GTID  # @mariadb_slave_capability: below 4, events are rewritten
-    gtid_skip_through: dict[int, int] | None = None  # MariaDB GTID dump: domain -> last seq the replica has
 
 
 @dataclass
@@ -53,6 +52,7 @@ class OutboundStream:
     position: int = 0  # end of the last event read from ``file`` (sent or skipped)
     checksum_alg: int = ev.CHECKSUM_OFF  # of the current file, from its FDE
     skipped: dict[str, int] = field(default_factory=dict)  # groups not sent, by reason
+    gtid_start: GtidStart | None = None  # a MariaDB GTID dump until its start is met in every domain
     _skipping: str | None = None
     _groups: GroupTracker = field(default_factory=GroupTracker)
 
@@ -68,7 +68,9 @@ class OutboundStream:
         self.checksum_alg = description.checksum_alg
         self.position = position
         resumed = first and position > 4
-        zero_created = resumed or bool(self.options.gtid_skip_through)
+        # A GTID replica that has not reached its start may hold temporary tables of later groups,
+        # which a non-zero 'created' would make it drop.
+        zero_created = resumed or (self.gtid_start is not None and not self.gtid_start.reached)
         return [rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
 
     def sends_everything(self) -> bool:
@@ -79,54 +81,66 @@ class OutboundStream:
         """``frame_block`` may send this dump's events: the only possible filter is the replica's
         own server_id, which it stops at."""
         options = self.options
-        return (not options.ignore_server_ids and options.send_annotate_rows and not options.gtid_skip_through
+        return (not options.ignore_server_ids and options.send_annotate_rows and self.gtid_start is None
                 and options.replica_capability >= CAPABILITY_GTID and self._skipping is None)
 
-    def filter(self, events: list[memoryview], end: int) -> list[memoryview]:
+    def filter(self, events: list[memoryview], end: int) -> list[memoryview | bytes]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
         self.position = end
         if self.sends_everything():
-            return events
-        out = []
-        append = out.append
-        ignored = self.options.ignore_server_ids
-        own = self.options.replica_server_id
-        send_annotate = self.options.send_annotate_rows
-        capability = self.options.replica_capability
+            return events  # type: ignore[return-value]
+        start = self.gtid_start
+        if start is None:
+            return [sent for sent in map(self._pass, events) if sent is not None]
+        out: list[memoryview | bytes] = []
         crc = self.checksum_alg == ev.CHECKSUM_CRC32
-        skip_through = self.options.gtid_skip_through
-        for event in events:
-            etype = event[4]
-            if self._skipping is not None:
-                if self._groups.ends_group(etype, event):
-                    self._skipping = None
-                continue
-            if etype in _GROUP_STARTS:
-                origin = _SERVER_ID.unpack_from(event, 5)[0]
-                reason = SKIP_OWN_SERVER if origin == own else SKIP_IGNORED_SERVER if origin in ignored else None
-                if reason is None and skip_through and etype == ev.GTID_EVENT:
-                    reason = self._already_applied(event, skip_through)
-                if reason is not None:
-                    self._skipping = reason
-                    self._groups.reset()
-                    self._groups.ends_group(etype, event)
-                    self._count(reason)
-                    continue
-            if capability < CAPABILITY_GTID or (etype == ev.ANNOTATE_ROWS_EVENT and not send_annotate):
-                try:
-                    event = for_replica(event, capability, send_annotate, crc)  # type: ignore[assignment]
-                except IncompatibleEvent as exc:
-                    raise DumpRefused(str(exc)) from None
-                if event is None:
-                    continue
-            append(event)
+        event_end = end - sum(map(len, events))
+        try:
+            for event in events:
+                event_end += len(event)
+                etype = event[4]
+                if start.accept(event, etype, crc):
+                    sent = self._pass(event)
+                    if sent is not None:
+                        out.append(sent)
+                elif etype == ev.GTID_EVENT:
+                    self._count(SKIP_ALREADY_APPLIED)
+                if start.take_fake_list():
+                    gtids = [(g.domain_id, g.server_id, g.seq_no) for g in start.seen.gtid_list()]
+                    out.append(ev.build_gtid_list(self.options.relay_server_id, gtids, event_end, crc))
+        except GtidStartError as exc:
+            raise DumpRefused(str(exc)) from None
+        if start.done:
+            self.gtid_start = None  # every domain's start is met: the fast path may take over
         return out
 
-    @staticmethod
-    def _already_applied(event: memoryview, skip_through: dict[int, int]) -> str | None:
-        seq_no, domain_id = _MARIADB_GTID.unpack_from(event, ev.HEADER_LEN)
-        last = skip_through.get(domain_id)
-        return SKIP_ALREADY_APPLIED if last is not None and seq_no <= last else None
+    def _pass(self, event: memoryview) -> memoryview | bytes | None:
+        """The event as this replica gets it, or None: the relay's own filters (replication loops,
+        annotations, capability rewrites), which a MariaDB primary applies after the GTID start."""
+        etype = event[4]
+        if self._skipping is not None:
+            if self._groups.ends_group(etype, event):
+                self._skipping = None
+            return None
+        options = self.options
+        if etype in _GROUP_STARTS:
+            origin = _SERVER_ID.unpack_from(event, 5)[0]
+            reason = SKIP_OWN_SERVER if origin == options.replica_server_id else \
+                SKIP_IGNORED_SERVER if origin in options.ignore_server_ids else None
+            if reason is not None:
+                self._skipping = reason
+                self._groups.reset()
+                self._groups.ends_group(etype, event)
+                self._count(reason)
+                return None
+        capability = options.replica_capability
+        if capability < CAPABILITY_GTID or (etype == ev.ANNOTATE_ROWS_EVENT and not options.send_annotate_rows):
+            try:
+                return for_replica(event, capability, options.send_annotate_rows,
+                                   self.checksum_alg == ev.CHECKSUM_CRC32)
+            except IncompatibleEvent as exc:
+                raise DumpRefused(str(exc)) from None
+        return event
 
     def _count(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1

@@ -18,7 +18,7 @@ import trio
 from ..binlog import events as ev
 from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
 from ..protocol import server as proto
-from ..binlog.gtid import GtidError
+from ..binlog.gtid import GtidError, parse_gtid_position
 from ..storage.gtidindex import GtidIndex, GtidLookupError
 from ..storage.relaylog import RelayLog
 from ..storage.retention import PurgeRefused, RetentionKeeper
@@ -179,23 +179,26 @@ class _Session:
         state = DumpState(server_id, self.peer, trio.CancelScope())
         options = self._dump_options(flags, server_id)
         connect_state = self.variables.values.get("slave_connect_state")
+        gtid_start = None
         if connect_state is not None and self.context.facts().is_mariadb:
             try:
-                plan = self.context.gtid_index.plan_dump(str(connect_state), self._strict_gtid())
+                plan = self.context.gtid_index.plan_dump(
+                    parse_gtid_position(str(connect_state)), self._flag("slave_gtid_strict_mode"),
+                    self._flag("slave_gtid_ignore_duplicates"))
             except (GtidLookupError, GtidError) as refusal:
                 await self._refuse_dump(str(refusal))
                 return
-            options.gtid_skip_through = plan.skip_through
+            gtid_start = plan.start
             file, position = plan.file, 4
         blocking = not (flags & DUMP_FLAG_NON_BLOCK) and server_id != 0
         self.conn.semi_sync = self._wants_semi_sync()
         registry = self.context.registry
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d%s", self.peer, server_id, file or "(first)", position,
-                 f" (GTID position {connect_state})" if options.gtid_skip_through is not None else "")
+                 f" (GTID position {connect_state})" if gtid_start is not None else "")
         try:
             with state.cancel_scope:
-                outbound = OutboundStream(options, skipped=registry.groups_filtered)
+                outbound = OutboundStream(options, skipped=registry.groups_filtered, gtid_start=gtid_start)
                 sender = _DumpSender(self, outbound, state, blocking, self._heartbeat_period())
                 await sender.run(file, position)
             if state.cancel_scope.cancelled_caught:
@@ -226,16 +229,16 @@ class _Session:
         return int(value) if isinstance(value, (int, float)) else 0
 
     def _wants_semi_sync(self) -> bool:
-        return any(str(self.variables.values.get(name, 0)) not in ("0", "None")
-                   for name in ("rpl_semi_sync_slave", "rpl_semi_sync_replica"))
+        return self._flag("rpl_semi_sync_slave") or self._flag("rpl_semi_sync_replica")
 
     async def _refuse_dump(self, message: str) -> None:
         log.warning("downstream %s: dump refused: %s", self.peer, message)
         self.conn.send_dump_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, message)
         await self.flush()
 
-    def _strict_gtid(self) -> bool:
-        return str(self.variables.values.get("slave_gtid_strict_mode", 0)) in ("1", "True")
+    def _flag(self, name: str) -> bool:
+        """A replica's boolean user variable (@slave_gtid_strict_mode ...): set and not 0."""
+        return str(self.variables.values.get(name, 0)) not in ("0", "None", "False", "")
 
     def _heartbeat_period(self) -> float | None:
         for name in ("master_heartbeat_period", "source_heartbeat_period"):

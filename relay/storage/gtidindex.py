@@ -1,13 +1,15 @@
-"""Where MariaDB GTIDs are in the stored files: each file's GTID_LIST (the state before it)
-and the state at the committed end, kept up to date incrementally.  Admin path: it decodes
-GTID events, which the ingest and serve paths never do."""
+"""Where MariaDB GTIDs are in the stored files: each file's GTID_LIST (the binlog state before it)
+and the state at the committed end, kept up to date incrementally; and where a GTID dump starts,
+decided as MariaDB's primary decides it (sql_repl.cc: check_slave_start_position,
+gtid_find_binlog_file).  Admin path: it decodes GTID events, which ingest and serving never do."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..binlog import events as ev
-from ..binlog.gtid import Gtid, format_gtid_position, parse_gtid_position
+from ..binlog.gtid import BinlogState, Gtid, format_gtid_position, parse_gtid_position, start_missing_message
+from ..binlog.gtidstart import GtidStart
 from .relaylog import RelayLog
 from .scan import iter_events
 
@@ -18,36 +20,35 @@ class GtidLookupError(Exception):
 
 @dataclass(frozen=True)
 class GtidDumpPlan:
-    file: str
-    skip_through: dict[int, int]  # domain -> last seq_no the replica already has
+    file: str  # the dump starts at offset 4 of this file
+    start: GtidStart
 
 
 class GtidIndex:
     def __init__(self, relay_log: RelayLog) -> None:
         self.relay_log = relay_log
-        self._file_start: dict[str, dict[int, Gtid]] = {}
-        self._tail: tuple[str, int, dict[int, Gtid]] | None = None  # file, offset scanned, state there
+        self._file_start: dict[str, BinlogState] = {}
+        self._tail: tuple[str, int, BinlogState] | None = None  # file, offset scanned, state there
 
-    def file_start_state(self, name: str) -> dict[int, Gtid] | None:
-        """The GTID_LIST near the start of ``name``: every domain's last GTID before the file;
-        None while the newest file's GTID_LIST is not committed yet (not known, not cached)."""
+    def file_start_state(self, name: str) -> BinlogState | None:
+        """The GTID_LIST near the start of ``name``: the binlog state before the file; None while
+        the newest file's GTID_LIST is not committed yet (not known, not cached)."""
         if name not in self._file_start:
-            state: dict[int, Gtid] | None = None
+            state: BinlogState | None = None
             with open(self.relay_log.path(name), "rb") as stored:
                 for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 20)):
                     if event[4] == ev.GTID_LIST_EVENT:
-                        state = {g.domain_id: Gtid(g.domain_id, g.server_id, g.seq_no)
-                                 for g in ev.parse_gtid_list(event)}
+                        state = BinlogState(Gtid(g.domain_id, g.server_id, g.seq_no) for g in ev.parse_gtid_list(event))
                         break
                     if event[4] not in (ev.FORMAT_DESCRIPTION_EVENT, ev.START_ENCRYPTION_EVENT):
-                        state = {}  # a file without GTID_LIST (not MariaDB's format)
+                        state = BinlogState()  # a file without GTID_LIST (not MariaDB's format)
                         break
             if state is None:
                 return None
             self._file_start[name] = state
-        return dict(self._file_start[name])
+        return self._file_start[name].copy()
 
-    def _state_before(self, name: str) -> dict[int, Gtid]:
+    def _state_before(self, name: str) -> BinlogState:
         """The state at the start of ``name``, from the file before it while its own GTID_LIST
         is not committed yet (the two are the same)."""
         state = self.file_start_state(name)
@@ -56,17 +57,17 @@ class GtidIndex:
         files = self.relay_log.files
         index = files.index(name) if name in files else 0
         if index == 0:
-            return {}
+            return BinlogState()
         previous = files[index - 1]
         state = self._state_before(previous)
         self._scan(previous, 4, self.relay_log.file_end(previous), state)
         return state
 
-    def current_state(self) -> dict[int, Gtid]:
-        """@@gtid_binlog_pos: the last GTID of every domain up to the committed end."""
+    def binlog_state(self) -> BinlogState:
+        """Every (domain, server_id)'s last GTID up to the committed end."""
         committed = self.relay_log.committed
         if committed is None:
-            return {}
+            return BinlogState()
         name, end = committed
         if self._tail is None or self._tail[0] != name:
             start = self.file_start_state(name)
@@ -74,74 +75,80 @@ class GtidIndex:
                 return self._state_before(name)  # nothing of this file is committed yet
             self._tail = (name, 4, start)
         _, scanned, state = self._tail
-        state = dict(state)
         scanned = self._scan(name, scanned, end, state)
         self._tail = (name, scanned, state)
-        return dict(state)
+        return state.copy()
+
+    def current_state(self) -> dict[int, Gtid]:
+        """@@gtid_binlog_pos: the last GTID of every domain up to the committed end."""
+        return self.binlog_state().most_recent()
 
     def position_at(self, name: str, position: int) -> dict[int, Gtid]:
         """binlog_gtid_pos(file, pos): the state after every group that ends before ``position``."""
         state = self._state_before(name)
         self._scan(name, 4, min(position, self.relay_log.file_end(name)), state)
-        return state
+        return state.most_recent()
 
-    def _scan(self, name: str, start: int, end: int, state: dict[int, Gtid]) -> int:
+    def _scan(self, name: str, start: int, end: int, state: BinlogState) -> int:
         offset = start
         with open(self.relay_log.path(name), "rb") as stored:
             for offset, event in iter_events(stored, start, end):
                 if event[4] == ev.GTID_EVENT:
                     gtid = ev.parse_mariadb_gtid(event)
-                    state[gtid.domain_id] = Gtid(gtid.domain_id, gtid.server_id, gtid.seq_no)
+                    state.update(Gtid(gtid.domain_id, gtid.server_id, gtid.seq_no))
                 offset += len(event)
         return max(offset, start)
 
-    def plan_dump(self, requested_text: str, strict: bool) -> GtidDumpPlan:
-        """Which file a replica at ``requested_text`` starts in, and which groups it already has."""
-        requested = parse_gtid_position(requested_text)
-        current = self.current_state()
-        for domain, gtid in requested.items():
-            have = current.get(domain)
-            if have is None or have.seq_no < gtid.seq_no:
-                raise GtidLookupError(f"Error: connecting slave requested to start from GTID {gtid}, which is "
-                                      "not in the master's binlog")
-        files = self.relay_log.files
-        for name in reversed(files):
-            start = self.file_start_state(name)
-            if start is None:
+    def plan_dump(self, requested: dict[int, Gtid], strict: bool, ignore_duplicates: bool) -> GtidDumpPlan:
+        """Where a replica that has ``requested`` (one GTID per domain) starts, and what it skips."""
+        state = self.binlog_state()
+        pending = dict(requested)
+        empty_domains = _check_start(pending, state, ignore_duplicates)
+        for name in reversed(self.relay_log.files):
+            before = self.file_start_state(name)
+            if before is None:
                 continue  # the newest file, its GTID_LIST not committed yet: start in the one before
-            if all(start_gtid.seq_no <= _seq(requested, domain) for domain, start_gtid in start.items()):
-                if strict:
-                    self._check_strict(name, requested)
-                return GtidDumpPlan(name, {domain: gtid.seq_no for domain, gtid in requested.items()})
+            listed = before.gtid_list()
+            if _contains_all(pending, listed):
+                for gtid in listed:  # the replica's GTID is the last before this file: nothing to skip
+                    if pending.get(gtid.domain_id) == gtid:
+                        del pending[gtid.domain_id]
+                return GtidDumpPlan(name, GtidStart(pending, empty_domains, strict, self.binlog_state))
         raise GtidLookupError("Could not find GTID state requested by slave in any binlog files. Probably the "
                               "slave state is too old and required binlog files have been purged.")
 
-    def _check_strict(self, first_file: str, requested: dict[int, Gtid]) -> None:
-        """In strict mode the exact GTID the replica has must be in the binlog (same server_id)."""
-        start = self._state_before(first_file)
-        pending = {d: g for d, g in requested.items() if g.seq_no > start.get(d, Gtid(d, 0, 0)).seq_no}
-        if not pending:
-            return
-        for name in self.relay_log.files[self.relay_log.files.index(first_file):]:
-            with open(self.relay_log.path(name), "rb") as stored:
-                for _, event in iter_events(stored, 4, self.relay_log.file_end(name)):
-                    if event[4] != ev.GTID_EVENT:
-                        continue
-                    seen = ev.parse_mariadb_gtid(event)
-                    wanted = pending.get(seen.domain_id)
-                    if wanted is not None and seen.seq_no >= wanted.seq_no:
-                        if seen.seq_no != wanted.seq_no or seen.server_id != wanted.server_id:
-                            raise GtidLookupError(
-                                f"Error: connecting slave requested to start from GTID {wanted}, which is not "
-                                "in the master's binlog")
-                        del pending[seen.domain_id]
-                    if not pending:
-                        return
+
+def _check_start(requested: dict[int, Gtid], state: BinlogState, ignore_duplicates: bool) -> set[int]:
+    """check_slave_start_position: every GTID the replica names must be in the binlog state, except
+    in a domain the binlog has nothing of (returned: checked again if the domain shows up) and,
+    with @slave_gtid_ignore_duplicates, ahead of the domain's end."""
+    empty_domains = set()
+    for domain, gtid in requested.items():
+        have = state.seq_of(domain, gtid.server_id)
+        if have is not None and have >= gtid.seq_no:
+            continue
+        last = state.last(domain)
+        if last is None:
+            empty_domains.add(domain)
+        elif not (ignore_duplicates and last.seq_no < gtid.seq_no):
+            raise GtidLookupError(start_missing_message(gtid, state))
+    return empty_domains
 
 
-def _seq(position: dict[int, Gtid], domain: int) -> int:
-    gtid = position.get(domain)
-    return gtid.seq_no if gtid else 0
+def _contains_all(requested: dict[int, Gtid], listed: list[Gtid]) -> bool:
+    """contains_all_slave_gtid: the file holds every group the replica lacks, i.e. no domain of
+    the GTID_LIST before it is missing from the request, and no requested GTID is in an earlier
+    file unless it is its domain's very last one there."""
+    for index, gtid in enumerate(listed):
+        wanted = requested.get(gtid.domain_id)
+        if wanted is None:
+            return False
+        if wanted.server_id == gtid.server_id and wanted.seq_no <= gtid.seq_no:
+            if wanted.seq_no < gtid.seq_no:
+                return False
+            if index + 1 < len(listed) and listed[index + 1].domain_id == gtid.domain_id:
+                return False
+    return True
 
 
-__all__ = ["GtidDumpPlan", "GtidIndex", "GtidLookupError", "format_gtid_position"]
+__all__ = ["GtidDumpPlan", "GtidIndex", "GtidLookupError", "format_gtid_position", "parse_gtid_position"]

@@ -5,6 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from relay.binlog import events as ev
 from relay.binlog import outbound
+from relay.binlog.gtid import BinlogState, Gtid
+from relay.binlog.gtidstart import GtidStart
 from relay.binlog.outbound import DumpOptions, OutboundStream, frame_block
 from relay.protocol.packets import PacketReader
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
@@ -97,12 +99,33 @@ def test_a_registered_replica_still_gets_other_servers_groups():
     assert [bytes(e) for e in stream.filter(_events(), len(BINLOG))] == [bytes(e) for e in _events()]
 
 
-def test_gtid_dump_skips_groups_the_replica_has():
-    gtids = [ev.parse_mariadb_gtid(e) for e in _events() if e[4] == ev.GTID_EVENT]
-    have = gtids[2]
-    stream = OutboundStream(_options(gtid_skip_through={have.domain_id: have.seq_no}))
-    sent = [ev.parse_mariadb_gtid(e).seq_no for e in stream.filter(_events(), len(BINLOG)) if e[4] == ev.GTID_EVENT]
-    assert sent == [g.seq_no for g in gtids[3:]]
+_GTID_OFFSETS = [(offset, ev.parse_mariadb_gtid(e)) for offset, e in file_events(BINLOG) if e[4] == ev.GTID_EVENT]
+
+
+@pytest.mark.parametrize("have", range(len(_GTID_OFFSETS) - 1))
+def test_gtid_dump_skips_groups_the_replica_has_and_announces_where_it_starts(have):
+    # The fixture's groups follow one another, so a group ends where the next GTID starts; they
+    # include a standalone DDL, a transaction with a statement that is not its COMMIT, and XA.
+    events = _events()
+    (_, last_had), (next_offset, _) = _GTID_OFFSETS[have], _GTID_OFFSETS[have + 1]
+    wanted = Gtid(last_had.domain_id, last_had.server_id, last_had.seq_no)
+    stream = OutboundStream(_options(), gtid_start=GtidStart({wanted.domain_id: wanted}, set(), False, BinlogState))
+    stream.checksum_alg = ev.CHECKSUM_CRC32
+    sent = stream.filter(events, len(BINLOG))
+    later = [offset for offset, e in file_events(BINLOG) if offset >= next_offset]
+    fake = sent[len(sent) - len(later) - 1]
+    assert [bytes(e) for e in sent[len(sent) - len(later):]] == [bytes(e) for e in events[-len(later):]]
+    assert [e[4] for e in sent[:len(sent) - len(later) - 1]] == [
+        ev.FORMAT_DESCRIPTION_EVENT, ev.GTID_LIST_EVENT, ev.BINLOG_CHECKPOINT_EVENT]
+    # Right before the first group sent: an artificial GTID_LIST naming the replica's GTID, with
+    # the position where its group ends.
+    header = ev.EventHeader.parse(fake)
+    assert (header.event_type, header.flags, header.log_pos) == (ev.GTID_LIST_EVENT, ev.LOG_EVENT_ARTIFICIAL_F, next_offset)
+    assert ev.checksum_matches(fake)
+    assert [(g.domain_id, g.server_id, g.seq_no) for g in ev.parse_gtid_list(fake)] == [
+        (wanted.domain_id, wanted.server_id, wanted.seq_no)]
+    assert stream.skipped == {outbound.SKIP_ALREADY_APPLIED: have + 1}
+    assert stream.gtid_start is None  # the start is met: the fast path may take over
 
 
 def test_frame_block_leaves_an_event_of_16_mb_to_the_general_path(frame_loop):
