@@ -8,11 +8,22 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .hashorder import HashOrder
+
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
 
+ER_INCORRECT_GTID_STATE = 1941
+ER_DUPLICATE_GTID_DOMAIN = 1943
+
+
 class GtidError(ValueError):
-    """A GTID position string a replica sent cannot be parsed."""
+    """A GTID position string a replica sent cannot be parsed; ``code`` and the message are the
+    error a MariaDB primary answers a dump with such a @slave_connect_state."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, order=True)
@@ -33,11 +44,11 @@ def parse_gtid_position(text: str) -> dict[int, Gtid]:
             continue
         match = _GTID.match(part)
         if not match:
-            raise GtidError(f"Could not parse GTID list: '{text}'")
+            raise GtidError("Could not parse GTID list", ER_INCORRECT_GTID_STATE)
         gtid = Gtid(*(int(n) for n in match.groups()))
         if gtid.domain_id in position:
             raise GtidError(f"GTID {gtid} and {position[gtid.domain_id]} conflict (duplicate domain id "
-                            f"{gtid.domain_id})")
+                            f"{gtid.domain_id})", ER_DUPLICATE_GTID_DOMAIN)
         position[gtid.domain_id] = gtid
     return position
 
@@ -48,27 +59,38 @@ def format_gtid_position(position: dict[int, Gtid]) -> str:
 
 class BinlogState:
     """MariaDB's rpl_binlog_state: per domain, the last seq_no of every server_id that wrote in it,
-    and which of them was written last.  A GTID_LIST event lists exactly this, domain by domain in
-    the order the domains first appeared, each domain's servers in the order they first appeared
-    except that the domain's most recent GTID comes last; ``gtid_list`` keeps that order (dicts
-    keep insertion order, as MariaDB's hashes do while nothing is deleted)."""
+    and which GTID of the domain was written last.  ``gtid_list`` lists it as a GTID_LIST event
+    does: domains and each domain's servers in the order of MariaDB's hashes (hashorder), except
+    that a domain's most recent GTID comes last."""
 
-    __slots__ = ("_domains", "_last")
+    __slots__ = ("_domains", "_last", "_domain_order", "_server_orders")
 
     def __init__(self, gtids: Iterable[Gtid] = ()) -> None:
         self._domains: dict[int, dict[int, int]] = {}
         self._last: dict[int, Gtid] = {}
+        self._domain_order = HashOrder()
+        self._server_orders: dict[int, HashOrder] = {}
         for gtid in gtids:
             self.update(gtid)
 
     def update(self, gtid: Gtid) -> None:
-        self._domains.setdefault(gtid.domain_id, {})[gtid.server_id] = gtid.seq_no
-        self._last[gtid.domain_id] = gtid
+        domain, server = gtid.domain_id, gtid.server_id
+        servers = self._domains.get(domain)
+        if servers is None:
+            servers = self._domains[domain] = {}
+            self._domain_order.insert(domain)
+            self._server_orders[domain] = HashOrder()
+        if server not in servers:
+            self._server_orders[domain].insert(server)
+        servers[server] = gtid.seq_no
+        self._last[domain] = gtid
 
     def copy(self) -> BinlogState:
         state = BinlogState()
         state._domains = {domain: dict(servers) for domain, servers in self._domains.items()}
         state._last = dict(self._last)
+        state._domain_order = self._domain_order.copy()
+        state._server_orders = {domain: order.copy() for domain, order in self._server_orders.items()}
         return state
 
     def seq_of(self, domain_id: int, server_id: int) -> int | None:
@@ -85,9 +107,10 @@ class BinlogState:
 
     def gtid_list(self) -> list[Gtid]:
         listed = []
-        for domain, servers in self._domains.items():
-            last = self._last[domain]
-            listed += [Gtid(domain, server, seq) for server, seq in servers.items() if server != last.server_id]
+        for domain in self._domain_order.keys():
+            last, servers = self._last[domain], self._domains[domain]
+            listed += [Gtid(domain, server, servers[server]) for server in self._server_orders[domain].keys()
+                       if server != last.server_id]
             listed.append(last)
         return listed
 

@@ -185,8 +185,11 @@ class _Session:
                 plan = self.context.gtid_index.plan_dump(
                     parse_gtid_position(str(connect_state)), self._flag("slave_gtid_strict_mode"),
                     self._flag("slave_gtid_ignore_duplicates"))
-            except (GtidLookupError, GtidError) as refusal:
+            except GtidLookupError as refusal:
                 await self._refuse_dump(str(refusal))
+                return
+            except GtidError as malformed:
+                await self._refuse_dump(str(malformed), malformed.code)
                 return
             gtid_start = plan.start
             file, position = plan.file, 4
@@ -231,9 +234,9 @@ class _Session:
     def _wants_semi_sync(self) -> bool:
         return self._flag("rpl_semi_sync_slave") or self._flag("rpl_semi_sync_replica")
 
-    async def _refuse_dump(self, message: str) -> None:
+    async def _refuse_dump(self, message: str, code: int = ER_MASTER_FATAL_ERROR_READING_BINLOG) -> None:
         log.warning("downstream %s: dump refused: %s", self.peer, message)
-        self.conn.send_dump_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, message)
+        self.conn.send_dump_error(code, message)
         await self.flush()
 
     def _flag(self, name: str) -> bool:

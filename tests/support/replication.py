@@ -417,10 +417,13 @@ class RawClient:
 
 
 def dump_events(port: int, file: str, position: int, server_id: int, *, register: bool = True,
-                checksum: bool = True, connect_state: str | None = None, capability: int | None = 4) -> list[Event]:
+                checksum: bool = True, connect_state: str | None = None, capability: int | None = 4,
+                variables: dict[str, int] | None = None) -> list[Event]:
     """A non-blocking raw dump from the relay: every event it sends (fake ROTATEs and FDEs included).
     With register, it sends COM_REGISTER_SLAVE first, as replicas do (tools such as mariadb-binlog don't).
-    ``capability``: the @mariadb_slave_capability to announce (None: say nothing, as MySQL replicas)."""
+    ``capability``: the @mariadb_slave_capability to announce (None: say nothing, as MySQL replicas).
+    ``variables``: more user variables to set first, e.g. {"slave_gtid_strict_mode": 1}.
+    An ERR instead of the stream raises ServerError."""
     with RawClient(port) as client:
         if checksum:
             client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
@@ -428,6 +431,8 @@ def dump_events(port: int, file: str, position: int, server_id: int, *, register
             client.query(f"SET @mariadb_slave_capability = {capability}")
         if connect_state is not None:
             client.query(f"SET @slave_connect_state = '{connect_state}'")
+        for name, value in (variables or {}).items():
+            client.query(f"SET @{name} = {int(value)}")
         if register:
             client.register_slave(server_id)
         client.start_dump(file, position, server_id, flags=0x01)
