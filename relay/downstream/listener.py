@@ -21,6 +21,7 @@ from ..storage.retention import RetentionKeeper
 from ..upstream import UpstreamStatus
 from . import queries
 from .registry import Registry
+from .purge import PurgeHandler
 from .session import SessionContext, handle_connection
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,7 @@ class Downstream:
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
-            gtid_index=self.gtid_index, retention=retention,
-            is_admin=lambda name: name in admins)
+            gtid_index=self.gtid_index, purge=PurgeHandler(retention, lambda name: name in admins))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def facts(self) -> queries.ServerFacts:

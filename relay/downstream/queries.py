@@ -288,32 +288,3 @@ def _show_variables(kind: str | None, pattern: str | None, server: ServerFacts) 
             regex = re.compile("^" + re.escape(pattern.lower()) + "$")
         selected = sorted((name, value) for name, value in variables.items() if regex.match(name))
     return Rows(("Variable_name", "Value"), tuple((name, value) for name, value in selected))
-
-
-# ------------------------------------------------------------------ PURGE
-
-ER_SPECIFIC_ACCESS_DENIED = 1227
-_PURGE = re.compile(r"^purge\s+(?:binary|master)\s+logs\s+(to|before)\s+'([^']*)'$", re.I)
-
-
-@dataclass(frozen=True)
-class PurgeRequest:
-    to_file: str | None = None
-    before: float | None = None  # a Unix time
-
-
-def parse_purge(sql: str) -> PurgeRequest | Error | None:
-    """PURGE BINARY LOGS TO 'file' / BEFORE 'YYYY-MM-DD hh:mm:ss' (server local time); None if
-    the statement is something else."""
-    match = _PURGE.match(" ".join(sql.strip().rstrip(";").split()))
-    if not match:
-        return None
-    kind, argument = match.group(1).lower(), match.group(2)
-    if kind == "to":
-        return PurgeRequest(to_file=argument)
-    for fmt in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
-        try:
-            return PurgeRequest(before=time.mktime(time.strptime(argument, fmt)))
-        except ValueError:
-            continue
-    return Error(1411, f"Incorrect datetime value: '{argument}' for function purge", "HY000")

@@ -1,6 +1,6 @@
 """Retention against a real MariaDB primary with small binlogs and many rotations: storage.retention
 max_size / max_age / min_files, files in use by a dump are spared, and PURGE BINARY LOGS TO / BEFORE
-from an admin user (relay/storage/retention.py, relay/downstream/session.py ``_purge``)."""
+from an admin user (relay/storage/retention.py, relay/downstream/purge.py)."""
 
 from __future__ import annotations
 

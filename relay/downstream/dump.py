@@ -1,0 +1,228 @@
+"""A binlog dump (COM_BINLOG_DUMP): where it starts, then stored events -> ``outbound`` filters ->
+``ServerConnection.send_events``, waiting for commits in between (the trio shell of the dump path).
+
+Reading the stored files is ``storage.reader``'s, choosing what a client gets is
+``binlog.outbound``'s and ``binlog.gtidstart``'s, framing is ``protocol.server``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+from ..binlog.gtid import GtidError, parse_gtid_position
+from ..binlog.gtidstart import GtidStart
+from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
+from ..protocol import server as proto
+from ..storage.gtidindex import GtidLookupError
+from ..storage.reader import Available, FileStart, StartRefused, TailReader
+from ..storage.scan import BLOCK_SIZE
+from .registry import DumpState
+
+log = logging.getLogger(__name__)
+
+DUMP_FLAG_NON_BLOCK = 0x01
+DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
+ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+
+
+@dataclass(frozen=True)
+class DumpRequest:
+    """COM_BINLOG_DUMP and what the client said before it."""
+
+    file: str
+    position: int
+    flags: int
+    server_id: int
+    registered_server_id: int | None  # of COM_REGISTER_SLAVE on this connection
+    variables: dict[str, object]  # the user variables it set (@master_binlog_checksum, ...)
+
+    def flag(self, name: str) -> bool:
+        """A boolean user variable (@slave_gtid_strict_mode ...): set and not 0."""
+        return str(self.variables.get(name, 0)) not in ("0", "None", "False", "")
+
+    @property
+    def blocking(self) -> bool:
+        return not self.flags & DUMP_FLAG_NON_BLOCK and self.server_id != 0
+
+    @property
+    def semi_sync(self) -> bool:
+        return self.flag("rpl_semi_sync_slave") or self.flag("rpl_semi_sync_replica")
+
+    @property
+    def heartbeat_period(self) -> float | None:
+        for name in ("master_heartbeat_period", "source_heartbeat_period"):
+            value = self.variables.get(name)
+            if isinstance(value, (int, float)) and value > 0:
+                return value / 1e9
+        return None
+
+    def options(self, relay_server_id: int, ignore_server_ids: frozenset[int]) -> DumpOptions:
+        variables = self.variables
+        checksum = variables.get("master_binlog_checksum", variables.get("source_binlog_checksum"))
+        capability = variables.get("mariadb_slave_capability")
+        return DumpOptions(
+            relay_server_id=relay_server_id,
+            # Only a registered replica is "the replica itself" for the loop filter: tools such as
+            # mariadb-binlog dump as server_id 1 by default, often the primary's own id.
+            replica_server_id=self.server_id if self.server_id == self.registered_server_id else None,
+            checksum_declared="master_binlog_checksum" in variables or "source_binlog_checksum" in variables,
+            first_rotate_crc=str(checksum).upper() == "CRC32",
+            ignore_server_ids=ignore_server_ids,
+            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS),
+            # @mariadb_slave_capability: 0 (nothing understood) when unset or not a number
+            replica_capability=int(capability) if isinstance(capability, (int, float)) else 0)
+
+
+class DumpError(Exception):
+    """The dump is refused or cannot go on: the client gets ERR ``code`` with this text."""
+
+    def __init__(self, message: str, code: int = ER_MASTER_FATAL_ERROR_READING_BINLOG) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Dump:
+    """One dump from the stored files to one client, until it goes away (or, non-blocking, the end)."""
+
+    def __init__(self, context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
+                 flush: Callable[[], Awaitable[None]], state: DumpState) -> None:
+        self.context = context  # session.SessionContext
+        self.request = request
+        self.conn = conn
+        self.flush = flush
+        self.state = state
+        self._block: memoryview | None = None  # read buffer of the fast path, reused
+
+    def plan(self) -> tuple[TailReader, GtidStart | None]:
+        """Where the dump starts: the requested file/position, or a MariaDB GTID start."""
+        request, context = self.request, self.context
+        connect_state = request.variables.get("slave_connect_state")
+        if connect_state is None or not context.facts().is_mariadb:
+            return TailReader(context.relay_log, request.file, request.position), None
+        try:
+            plan = context.gtid_index.plan_dump(parse_gtid_position(str(connect_state)),
+                                                request.flag("slave_gtid_strict_mode"),
+                                                request.flag("slave_gtid_ignore_duplicates"))
+        except GtidLookupError as refusal:
+            raise DumpError(str(refusal)) from None
+        except GtidError as malformed:
+            raise DumpError(str(malformed), malformed.code) from None
+        return TailReader(context.relay_log, plan.file, 4), plan.start
+
+    async def run(self, reader: TailReader, outbound: OutboundStream) -> None:
+        relay_log = self.context.relay_log
+        while self.request.blocking and (pending := reader.first_file_pending()) is not None:
+            await relay_log.wait_for_commit(pending.seen)
+        try:
+            reader.start()
+        except StartRefused as refusal:
+            raise DumpError(str(refusal)) from None
+        self.conn.start_dump()
+        try:
+            while True:
+                step = reader.poll()
+                if isinstance(step, FileStart):
+                    self.conn.send_events(outbound.file_start(step.file, step.position, step.fde, step.first))
+                    outbound.position = reader.position
+                    self.state.file, self.state.position = step.file, step.position
+                elif isinstance(step, Available):
+                    await self._send_run(reader, outbound, step.end)
+                elif not self.request.blocking:
+                    self.conn.send_eof()
+                    await self.flush()
+                    return
+                else:
+                    await self.flush()
+                    await self._wait_for_more(step.seen, outbound)
+        except DumpRefused as refusal:
+            raise DumpError(str(refusal)) from None
+
+    async def _send_run(self, reader: TailReader, outbound: OutboundStream, end: int) -> None:
+        if outbound.fast_path_allowed() and not self.conn.semi_sync and await self._send_block(reader, outbound, end):
+            return
+        start = reader.position
+        events = reader.read_events(end)
+        if not events:
+            return
+        to_send = outbound.filter(events, start + sum(map(len, events)))
+        if to_send:
+            self.conn.send_events(to_send)
+            self._account(len(to_send), sum(map(len, to_send)), int.from_bytes(to_send[-1][0:4], "little"))
+            await self.flush()
+        self.state.position = reader.position
+
+    async def _send_block(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
+        """Read a block into the dump's own buffer and frame it in one pass; False if the event
+        at the position does not fit in a block (the general path takes it)."""
+        if self._block is None:
+            self._block = memoryview(bytearray(BLOCK_SIZE))
+        size = reader.read_block(self._block, end)
+        run = frame_block(self._block, size, self.conn.sequence_id, outbound.options.replica_server_id)
+        if not run.events:
+            return False
+        self.conn.send_framed(run.data, run.next_sequence_id)
+        reader.advance(reader.position + run.used)
+        outbound.position = reader.position
+        self._account(run.events, run.used, int.from_bytes(self._block[run.last_event : run.last_event + 4], "little"))
+        await self.flush()
+        self.state.position = reader.position
+        return True
+
+    def _account(self, events: int, size: int, last_timestamp: int) -> None:
+        registry = self.context.registry
+        registry.events_sent += events
+        registry.bytes_sent += size
+        self.state.last_event_timestamp = last_timestamp
+
+    async def _wait_for_more(self, seen: tuple[str, int] | None, outbound: OutboundStream) -> None:
+        """Until the next commit; a heartbeat for each quiet period the client asked for."""
+        period = self.request.heartbeat_period
+        if period is None:
+            await self.context.relay_log.wait_for_commit(seen)
+            return
+        with trio.move_on_after(period):
+            await self.context.relay_log.wait_for_commit(seen)
+            return
+        self.conn.send_events([outbound.heartbeat()])
+        await self.flush()
+
+
+def same_id_message(server_id: int) -> str:
+    return (f"A slave with the same server_id {server_id} as this binlog relay has connected; give the replica "
+            "a server_id different from the relay's")
+
+
+async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
+                     flush: Callable[[], Awaitable[None]], peer: str) -> None:
+    """Run one dump to its end; a refusal becomes the ERR packet a primary would send."""
+    registry = context.registry
+    state = DumpState(request.server_id, peer, trio.CancelScope())
+    dump = Dump(context, request, conn, flush, state)
+    reader = None
+    try:
+        if request.server_id == context.relay_server_id:
+            raise DumpError(same_id_message(request.server_id))
+        reader, gtid_start = dump.plan()
+        conn.semi_sync = request.semi_sync
+        registry.start_dump(state)
+        log.info("downstream %s: dump for server_id %d from %s:%d%s", peer, request.server_id,
+                 reader.file or "(first)", reader.position,
+                 f" (GTID position {request.variables.get('slave_connect_state')})" if gtid_start else "")
+        with state.cancel_scope:
+            options = request.options(context.relay_server_id, context.ignore_server_ids)
+            await dump.run(reader, OutboundStream(options, skipped=registry.groups_filtered, gtid_start=gtid_start))
+        if state.cancel_scope.cancelled_caught:
+            log.info("downstream %s: dump of server_id %d ended: the same server_id connected again",
+                     peer, request.server_id)
+    except DumpError as refusal:
+        log.warning("downstream %s: dump refused: %s", peer, refusal)
+        conn.send_dump_error(refusal.code, str(refusal))
+        await flush()
+    finally:
+        registry.end_dump(state)
+        if reader is not None:
+            reader.close()

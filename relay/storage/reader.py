@@ -1,0 +1,159 @@
+"""Reading the stored binlog forward for one dump: from (file, position), the committed events in
+file order, the start of each next file, or "nothing yet".
+
+The reader knows the relay log's file order and committed end and checks where a dump may
+start; it never waits and never sends.  Its only I/O is reading the stored files: the caller
+(downstream/dump.py) decides when to poll again and what to send.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ..binlog import events as ev
+from .relaylog import RelayLog
+from .scan import read_batch
+
+
+class StartRefused(Exception):
+    """The dump cannot start where the client asked: the ERR 1236 text a primary sends."""
+
+
+@dataclass(frozen=True)
+class FileStart:
+    """The dump enters ``file``: the client gets its fake ROTATE and ``fde`` before its events."""
+
+    file: str
+    position: int  # where the client starts in it: 4, or what it asked for in the first file
+    fde: bytes
+    first: bool
+
+
+@dataclass(frozen=True)
+class Available:
+    """Committed events of the current file are readable up to ``end``."""
+
+    end: int
+
+
+@dataclass(frozen=True)
+class NothingYet:
+    """Everything committed has been read; a commit after ``seen`` (file, end) brings more."""
+
+    seen: tuple[str, int] | None
+
+
+Step = FileStart | Available | NothingYet
+
+
+class TailReader:
+    """One dump's read position in the stored files."""
+
+    def __init__(self, relay_log: RelayLog, file: str, position: int) -> None:
+        self.relay_log = relay_log
+        self.file = file
+        self.position = position
+        self._stored: BinaryIO | None = None
+        self._opened: FileStart | None = None  # the file just entered, not yet handed out
+
+    def first_file_pending(self) -> NothingYet | None:
+        """A relay that just started, or is one rotation behind its primary, may be asked for a
+        file it does not have yet but soon will: a blocking dump waits for it (ERR 1236 would
+        stop a replica's IO thread for good)."""
+        files = self.relay_log.files
+        if files and (not self.file or self.file in files or self.file != next_file_name(files[-1])):
+            return None
+        return NothingYet(self.relay_log.committed)
+
+    def start(self) -> None:
+        """Check the requested start and open its file; raises StartRefused as a primary would."""
+        files = self.relay_log.files
+        file = self.file or (files[0] if files else "")
+        if file not in files:
+            raise StartRefused(_position_error(
+                "Could not find first log file name in binary log index file", file, self.position))
+        self._check_position(file, self.position)
+        self._enter(file, self.position, first=True)
+
+    def poll(self) -> Step:
+        """What the dump can do next.  The committed end and whether ``file`` is still the
+        newest are read together, with no await between: a file no longer current was finished
+        before its end was read."""
+        if self._opened is not None:
+            opened, self._opened = self._opened, None
+            return opened
+        end = self.relay_log.file_end(self.file)
+        if self.position < end:
+            return Available(end)
+        committed = self.relay_log.committed
+        if committed is not None and committed[0] != self.file:
+            files = self.relay_log.files
+            index = files.index(self.file) + 1 if self.file in files else len(files)
+            if index < len(files):
+                self._enter(files[index], 4, first=False)
+                return self.poll()
+        return NothingYet(committed)
+
+    def read_events(self, end: int) -> list[memoryview]:
+        """The whole events from the position within one block (at least one if one ends before
+        ``end``), and moves past them."""
+        events = read_batch(self._file(), self.position, end)
+        self.position = self.position + sum(map(len, events)) if events else end
+        return events
+
+    def read_block(self, buffer: memoryview, end: int) -> int:
+        """Fill ``buffer`` from the position (up to ``end``) without moving: the caller frames what
+        fits and calls ``advance``."""
+        return os.preadv(self._file().fileno(), [buffer[: min(len(buffer), end - self.position)]], self.position)
+
+    def advance(self, position: int) -> None:
+        self.position = position
+
+    def close(self) -> None:
+        if self._stored is not None:
+            self._stored.close()
+            self._stored = None
+
+    def _file(self) -> BinaryIO:
+        assert self._stored is not None, "read before start()"
+        return self._stored
+
+    def _enter(self, file: str, position: int, first: bool) -> None:
+        self.close()
+        path = self.relay_log.path(file)
+        self._stored = open(path, "rb")  # noqa: SIM115 - held across polls, closed by close()
+        fde = bytes(read_batch(self._stored, 4, path.stat().st_size)[0])
+        self._opened = FileStart(file, position, fde, first)
+        self.file = file
+        self.position = max(position, 4 + len(fde)) if position == 4 else position
+
+    def _check_position(self, file: str, position: int) -> None:
+        end = self.relay_log.file_end(file)
+        if position < 4 or position > end:
+            raise StartRefused(_position_error(
+                "Client requested master to start replication from impossible position", file, position))
+        if position in (4, end):
+            return
+        with open(self.relay_log.path(file), "rb") as stored:
+            stored.seek(position)
+            header = stored.read(ev.HEADER_LEN)
+        if len(header) < ev.HEADER_LEN:
+            raise StartRefused(_position_error("bogus data in log event", file, position))
+        parsed = ev.EventHeader.parse(header)
+        if parsed.event_length < ev.HEADER_LEN or parsed.start_pos & 0xFFFFFFFF != position & 0xFFFFFFFF:
+            raise StartRefused(_position_error(
+                "Client requested master to start replication from impossible position (not the start of "
+                "an event)", file, position))
+
+
+def next_file_name(name: str) -> str:
+    """mysql-bin.000009 -> mysql-bin.000010 ('' for a name without a number)."""
+    base, _, number = name.rpartition(".")
+    return f"{base}.{int(number) + 1:0{len(number)}d}" if number.isdigit() else ""
+
+
+def _position_error(message: str, file: str, position: int) -> str:
+    return (f"{message}; the first event '{file}' at {position}, the last event read from '{file}' at 4, "
+            f"the last byte read from '{file}' at 4.")

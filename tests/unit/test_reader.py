@@ -1,0 +1,107 @@
+"""The dump's tail reader over a real relay log: where a dump may start, the order of what it
+reads (file start, committed events, the next file) and "nothing yet" at the committed end."""
+
+import pytest
+
+from relay.binlog import events as ev
+from relay.binlog.groups import GroupTracker
+from relay.binlog.stream import Segment
+from relay.storage.reader import Available, FileStart, NothingYet, StartRefused, TailReader, next_file_name
+from relay.storage.relaylog import RelayLog
+from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
+
+BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
+FIRST, SECOND = "mysql-bin.000001", "mysql-bin.000002"
+EVENTS = file_events(BINLOG)
+
+
+def _whole_file(name: str) -> Segment:
+    tracker = GroupTracker()
+    ends = [(offset, offset + len(event)) for offset, event in EVENTS if tracker.ends_group(event[4], event)]
+    last_start, end = ends[-1]
+    return Segment(name, 4, [memoryview(e) for _, e in EVENTS], len(BINLOG) - 4, end, last_start, new_file=True)
+
+
+@pytest.fixture
+def relay_log(tmp_path):
+    log = RelayLog(tmp_path, sync="none")
+    log.open()
+    log.apply([_whole_file(FIRST)])
+    yield log
+    log.close()
+
+
+def _read_all(reader: TailReader) -> list[object]:
+    """Every step up to "nothing yet", events as their offsets."""
+    steps = []
+    while not isinstance(step := reader.poll(), NothingYet):
+        if isinstance(step, Available):
+            start = reader.position
+            events = reader.read_events(step.end)
+            steps += [start + sum(map(len, events[:i])) for i in range(len(events))]
+        else:
+            steps.append(step)
+    steps.append(step)
+    return steps
+
+
+def test_a_dump_from_the_start_reads_the_fde_then_every_committed_event(relay_log):
+    reader = TailReader(relay_log, "", 4)
+    assert reader.first_file_pending() is None
+    reader.start()
+    steps = _read_all(reader)
+    fde = EVENTS[0][1]
+    assert steps[0] == FileStart(FIRST, 4, bytes(fde), first=True)
+    assert steps[1:-1] == [offset for offset, _ in EVENTS[1:]]
+    assert steps[-1] == NothingYet((FIRST, relay_log.committed[1]))
+    reader.close()
+
+
+def test_a_dump_from_a_position_starts_there_and_moves_to_the_next_file(relay_log):
+    middle = EVENTS[len(EVENTS) // 2][0]
+    reader = TailReader(relay_log, FIRST, middle)
+    reader.start()
+    assert reader.poll() == FileStart(FIRST, middle, bytes(EVENTS[0][1]), first=True)
+    relay_log.apply([_whole_file(SECOND)])  # the primary rotated: FIRST is finished
+    steps = _read_all(reader)
+    assert steps[0] == middle
+    second = steps.index(FileStart(SECOND, 4, bytes(EVENTS[0][1]), first=False))
+    assert steps[:second] == [offset for offset, _ in EVENTS if offset >= middle]
+    assert steps[second + 1:-1] == [offset for offset, _ in EVENTS[1:]]
+    reader.close()
+
+
+@pytest.mark.parametrize("file, position, message", [
+    ("mysql-bin.000099", 4, "Could not find first log file name in binary log index file"),
+    (FIRST, 3, "impossible position"),
+    (FIRST, len(BINLOG) + 1, "impossible position"),
+    (FIRST, EVENTS[3][0] + 1, "not the start of an event"),
+])
+def test_impossible_starts_are_refused_with_the_primarys_words(relay_log, file, position, message):
+    reader = TailReader(relay_log, file, position)
+    with pytest.raises(StartRefused, match=message) as refused:
+        reader.start()
+    assert f"the first event '{file}' at {position}" in str(refused.value)
+
+
+def test_the_file_after_the_newest_is_waited_for_not_refused(relay_log):
+    assert next_file_name(FIRST) == SECOND
+    assert TailReader(relay_log, SECOND, 4).first_file_pending() == NothingYet(relay_log.committed)
+    assert TailReader(relay_log, "mysql-bin.000003", 4).first_file_pending() is None  # refused by start()
+    relay_log.apply([_whole_file(SECOND)])
+    assert TailReader(relay_log, SECOND, 4).first_file_pending() is None
+
+
+def test_a_block_read_does_not_move_until_advanced(relay_log):
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    assert isinstance(reader.poll(), FileStart)
+    step = reader.poll()
+    assert isinstance(step, Available)
+    buffer = memoryview(bytearray(100))
+    start = reader.position
+    assert reader.read_block(buffer, step.end) == 100
+    assert bytes(buffer) == BINLOG[start:start + 100] and reader.position == start
+    reader.advance(start + 29)
+    assert reader.position == start + 29
+    reader.close()
