@@ -206,7 +206,7 @@ done:
 static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (!takes("frame", 5, nargs))
+    if (!takes("frame", 6, nargs))
         return NULL;
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     long seq = PyLong_AsLong(args[2]);
@@ -218,6 +218,9 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     const unsigned char *group_starts = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    int crc_on = PyObject_IsTrue(args[5]);
+    if (crc_on < 0)
+        return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -234,6 +237,9 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             break;
         if (stop_at_origin >= 0 && group_starts[block[pos + 4]]
                 && le32(block + pos + 5) == (uint64_t)stop_at_origin)
+            break;
+        /* a stored event that fails its CRC is left to the general path, which reports it */
+        if (crc_on && crc32_of(block + pos, length) != CRC_RESIDUE)
             break;
         total += PACKET_HEADER + 1 + length;
         last = pos;
@@ -277,7 +283,7 @@ static PyMethodDef scan_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(block, size, seq, stop_at_origin, group_starts) -> (packets, used, events, last, seq)"},
+     "frame(block, size, seq, stop_at_origin, group_starts, crc_on) -> (packets, used, events, last, seq)"},
     {"crc32", crc32_py, METH_O, "crc32(data) -> int, the same value as zlib.crc32(data)"},
     {NULL, NULL, 0, NULL},
 };

@@ -14,6 +14,7 @@ BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_length, log_pos, flags
 CRC_LEN = 4
+CRC32_RESIDUE = 0x2144DF1C  # zlib.crc32 of any data followed by its own CRC32 (little-endian)
 
 # Event types (PROTOCOL.md 5.6)
 UNKNOWN_EVENT = 0

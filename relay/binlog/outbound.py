@@ -186,14 +186,16 @@ _PACKET_PREFIX = struct.Struct("<IB")
 _GROUP_START_TYPES = bytes(t in _GROUP_STARTS for t in range(256))  # for the compiled loop
 
 
-def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None) -> FramedRun:
+def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None,
+                verify_crc: bool = False) -> FramedRun:
     """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
-    packets in one pass, stopping before an event of 16 MB or more, a partial one, or a group
-    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way).
+    packets in one pass, stopping before an event of 16 MB or more, a partial one, a group
+    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way),
+    or, with ``verify_crc``, an event whose CRC32 is wrong (the general path reports it).
     The compiled loop of _scan.c does the same when it is built."""
     if _compiled_frame is not None:
         return FramedRun(*_compiled_frame(block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin,
-                                          _GROUP_START_TYPES))
+                                          _GROUP_START_TYPES, verify_crc))
     unpack = _EVENT_LENGTH.unpack_from
     origin_at = _SERVER_ID.unpack_from
     pack = _PACKET_PREFIX.pack
@@ -207,6 +209,8 @@ def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: 
             break
         if stop_at_origin is not None and block[pos + 4] in _GROUP_STARTS \
                 and origin_at(block, pos + 5)[0] == stop_at_origin:
+            break
+        if verify_crc and zlib.crc32(block[pos:end]) != ev.CRC32_RESIDUE:
             break
         out += pack((length + 1) | (seq << 24), 0)
         out += block[pos:end]

@@ -18,7 +18,7 @@ from ..binlog.gtidstart import GtidStart
 from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
 from ..protocol import server as proto
 from ..storage.gtidindex import GtidLookupError
-from ..storage.reader import Available, FileStart, StartRefused, TailReader
+from ..storage.reader import Available, FileStart, StartRefused, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE
 from .registry import DumpState
 
@@ -121,6 +121,8 @@ class Dump:
             reader.start()
         except StartRefused as refusal:
             raise DumpError(str(refusal)) from None
+        except StoredFileDamaged as damage:
+            raise self._damaged(damage) from None
         self.conn.start_dump()
         try:
             while True:
@@ -140,14 +142,18 @@ class Dump:
                     await self._wait_for_more(step.seen, outbound)
         except DumpRefused as refusal:
             raise DumpError(str(refusal)) from None
+        except StoredFileDamaged as damage:
+            raise self._damaged(damage) from None
+
+    def _damaged(self, damage: StoredFileDamaged) -> DumpError:
+        log.error("stored binlog file %s is damaged at %d, not served: %s", damage.file, damage.position, damage)
+        return DumpError(str(damage))
 
     async def _send_run(self, reader: TailReader, outbound: OutboundStream, end: int) -> None:
         if outbound.fast_path_allowed() and not self.conn.semi_sync and await self._send_block(reader, outbound, end):
             return
         start = reader.position
         events = reader.read_events(end)
-        if not events:
-            return
         to_send = outbound.filter(events, start + sum(map(len, events)))
         if to_send:
             self.conn.send_events(to_send)
@@ -161,7 +167,8 @@ class Dump:
         if self._block is None:
             self._block = memoryview(bytearray(BLOCK_SIZE))
         size = reader.read_block(self._block, end)
-        run = frame_block(self._block, size, self.conn.sequence_id, outbound.options.replica_server_id)
+        run = frame_block(self._block, size, self.conn.sequence_id, outbound.options.replica_server_id,
+                          verify_crc=reader.checksummed)
         if not run.events:
             return False
         self.conn.send_framed(run.data, run.next_sequence_id)

@@ -21,6 +21,17 @@ class StartRefused(Exception):
     """The dump cannot start where the client asked: the ERR 1236 text a primary sends."""
 
 
+class StoredFileDamaged(Exception):
+    """A stored event fails its CRC32 or is cut short: never sent as data (the text names the
+    file and the position, as a primary's read error does)."""
+
+    def __init__(self, what: str, file: str, position: int) -> None:
+        super().__init__(f"{what}; the first event '{file}' at {position}, the last event read from '{file}' at "
+                         f"{position}, the last byte read from '{file}' at {position}.")
+        self.file = file
+        self.position = position
+
+
 @dataclass(frozen=True)
 class FileStart:
     """The dump enters ``file``: the client gets its fake ROTATE and ``fde`` before its events."""
@@ -57,6 +68,7 @@ class TailReader:
         self.position = position
         self._stored: BinaryIO | None = None
         self._opened: FileStart | None = None  # the file just entered, not yet handed out
+        self.checksummed = False  # the current file's events end in a CRC32, checked as they are read
 
     def first_file_pending(self) -> NothingYet | None:
         """A relay that just started, or is one rotation behind its primary, may be asked for a
@@ -98,9 +110,24 @@ class TailReader:
 
     def read_events(self, end: int) -> list[memoryview]:
         """The whole events from the position within one block (at least one if one ends before
-        ``end``), and moves past them."""
-        events = read_batch(self._file(), self.position, end)
-        self.position = self.position + sum(map(len, events)) if events else end
+        ``end``), and moves past them.  Raises StoredFileDamaged for an event that fails its CRC32,
+        or that the committed end or the end of a finished file cuts short (the events before it
+        are returned first, by the call before)."""
+        try:
+            events = read_batch(self._file(), self.position, end)
+        except ev.BinlogFormatError as bogus:
+            raise StoredFileDamaged(f"bogus data in log event ({bogus})", self.file, self.position) from None
+        if not events:
+            raise StoredFileDamaged("the stored file ends inside an event", self.file, self.position)
+        if self.checksummed:
+            for index, event in enumerate(events):
+                if not ev.checksum_matches(event):
+                    if index == 0:
+                        raise StoredFileDamaged("event read from binlog did not pass crc check", self.file,
+                                                self.position)
+                    events = events[:index]
+                    break
+        self.position += sum(map(len, events))
         return events
 
     def read_block(self, buffer: memoryview, end: int) -> int:
@@ -124,7 +151,13 @@ class TailReader:
         self.close()
         path = self.relay_log.path(file)
         self._stored = open(path, "rb")  # noqa: SIM115 - held across polls, closed by close()
-        fde = bytes(read_batch(self._stored, 4, path.stat().st_size)[0])
+        first_events = read_batch(self._stored, 4, path.stat().st_size)
+        if not first_events or first_events[0][4] != ev.FORMAT_DESCRIPTION_EVENT:
+            raise StoredFileDamaged("Failed to find format descriptor event in start of binlog", file, 4)
+        fde = bytes(first_events[0])
+        self.checksummed = ev.parse_format_description(fde).checksum_alg == ev.CHECKSUM_CRC32
+        if self.checksummed and not ev.checksum_matches(fde):
+            raise StoredFileDamaged("event read from binlog did not pass crc check", file, 4)
         self._opened = FileStart(file, position, fde, first)
         self.file = file
         self.position = max(position, 4 + len(fde)) if position == 4 else position

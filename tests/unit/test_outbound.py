@@ -61,16 +61,16 @@ def test_frame_block_stops_before_the_replicas_own_group(frame_loop):
     assert frame_block(body, len(body), 1, PRIMARY_ID + 1).events == len(_events())
 
 
-def _framed(block: bytes, size: int, seq: int, stop_at_origin):
-    run = frame_block(memoryview(block), size, seq, stop_at_origin)
+def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False):
+    run = frame_block(memoryview(block), size, seq, stop_at_origin, verify_crc)
     return bytes(run.data), run.used, run.events, run.last_event, run.next_sequence_id
 
 
 @settings(max_examples=300, deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=1, max_value=255)), max_size=3),
        cut=st.integers(min_value=0, max_value=len(BINLOG)), seq=st.integers(min_value=0, max_value=255),
-       stop_at_origin=st.sampled_from([None, PRIMARY_ID, 0, 0xFFFFFFFF]))
-def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin):
+       stop_at_origin=st.sampled_from([None, PRIMARY_ID, 0, 0xFFFFFFFF]), verify_crc=st.booleans())
+def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin, verify_crc):
     # Stored files are read back, but a damaged disk or a bug must not make the two loops
     # differ (or the compiled one read past the block).
     block = bytearray(BINLOG[4:])
@@ -78,9 +78,22 @@ def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_ori
         block[offset % len(block)] ^= xor
     block = bytes(block)
     size = min(cut, len(block))
-    compiled = _framed(block, size, seq, stop_at_origin)
+    compiled = _framed(block, size, seq, stop_at_origin, verify_crc)
     with python_loop(outbound, "_compiled_frame"):
-        assert compiled == _framed(block, size, seq, stop_at_origin)
+        assert compiled == _framed(block, size, seq, stop_at_origin, verify_crc)
+
+
+def test_frame_block_stops_before_an_event_that_fails_its_crc(frame_loop):
+    # After the FDE, as a dump frames (the FDE of an active file has a CRC without its in-use flag).
+    after_fde = file_events(BINLOG)[1][0]
+    body = bytearray(BINLOG[after_fde:])
+    offsets = [offset - after_fde for offset, _ in file_events(BINLOG)[1:]]
+    body[offsets[5] + ev.HEADER_LEN + 1] ^= 0x40  # inside the sixth event's body
+    checked = frame_block(memoryview(bytes(body)), len(body), 1, None, verify_crc=True)
+    assert (checked.events, checked.used) == (5, offsets[5])
+    assert frame_block(memoryview(bytes(body)), len(body), 1, None).events == len(offsets)  # unchecked: framed
+    intact = BINLOG[after_fde:]
+    assert frame_block(memoryview(intact), len(intact), 1, None, verify_crc=True).events == len(offsets)
 
 
 def test_filter_skips_whole_groups_of_ignored_servers_and_counts_them():

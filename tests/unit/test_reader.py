@@ -6,7 +6,8 @@ import pytest
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.stream import Segment
-from relay.storage.reader import Available, FileStart, NothingYet, StartRefused, TailReader, next_file_name
+from relay.storage.reader import (Available, FileStart, NothingYet, StartRefused, StoredFileDamaged, TailReader,
+                                  next_file_name)
 from relay.storage.relaylog import RelayLog
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
@@ -104,4 +105,46 @@ def test_a_block_read_does_not_move_until_advanced(relay_log):
     assert bytes(buffer) == BINLOG[start:start + 100] and reader.position == start
     reader.advance(start + 29)
     assert reader.position == start + 29
+    reader.close()
+
+
+def _damage(relay_log, name: str, offset: int, truncate: bool = False) -> None:
+    path = relay_log.path(name)
+    data = bytearray(path.read_bytes())
+    if truncate:
+        del data[offset:]
+    else:
+        data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_an_event_that_fails_its_crc_is_reported_with_its_position_not_returned(relay_log):
+    relay_log.apply([_whole_file(SECOND)])  # FIRST is finished: its bytes are the stored history
+    bad_offset = EVENTS[6][0]
+    _damage(relay_log, FIRST, bad_offset + ev.HEADER_LEN)
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    read = []
+    with pytest.raises(StoredFileDamaged, match="did not pass crc check") as damaged:
+        while True:
+            step = reader.poll()
+            if isinstance(step, Available):
+                read += reader.read_events(step.end)
+    assert (damaged.value.file, damaged.value.position) == (FIRST, bad_offset)
+    assert [bytes(event) for event in read] == [bytes(event) for _, event in EVENTS[1:6]]
+    reader.close()
+
+
+def test_a_finished_file_cut_inside_an_event_is_reported(relay_log):
+    relay_log.apply([_whole_file(SECOND)])
+    cut_offset = EVENTS[-3][0]
+    _damage(relay_log, FIRST, cut_offset + 10, truncate=True)
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    with pytest.raises(StoredFileDamaged, match="ends inside an event") as damaged:
+        while True:
+            step = reader.poll()
+            if isinstance(step, Available):
+                reader.read_events(step.end)
+    assert damaged.value.position == cut_offset
     reader.close()
