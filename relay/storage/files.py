@@ -1,10 +1,19 @@
-"""Small durable-file helpers: atomic replace, directory fsync, the data_dir lock."""
+"""Stored files: what a stored binlog file is to retention, and small durable-file helpers
+(atomic replace, directory fsync, the data_dir lock)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    name: str
+    size: int
+    modified: float  # when the last byte was written: the file's end of life on the primary
 
 
 class DataDirError(Exception):

@@ -19,10 +19,9 @@ import trio
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from ..binlog.stream import ResumePoint, Segment
-from .files import DataDirError, DataDirLock, fsync_dir
+from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
 from .index import read_index, write_index
 from .scan import iter_events
-from .retention import StoredFile
 from .state import Checkpoint, RelayState, read_state, write_state
 
 log = logging.getLogger(__name__)

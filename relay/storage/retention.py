@@ -10,15 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+from .files import StoredFile
+
+if TYPE_CHECKING:  # the keeper is handed a relay log; the relay log does not know retention
     from .relaylog import RelayLog
-
-
-@dataclass(frozen=True)
-class StoredFile:
-    name: str
-    size: int
-    modified: float  # when the last byte was written: the file's end of life on the primary
 
 
 @dataclass(frozen=True)
