@@ -7,7 +7,7 @@
    *oltp*: ``--oltp`` small transactions (UPDATE by key, DELETE, INSERT of one row each, run by
    a server-side procedure); *bulk*: one ``INSERT ... SELECT`` of ``--bulk`` rows (few large
    rows events).
-2. **relay**: ``relay.binlog.changes.iter_changes`` over the primary's binlog files, every
+2. **relay**: ``relay.pipeline.read.iter_changes`` over the primary's binlog files, every
    change row produced (all values decoded to Python objects); a second figure adds
    ``row_json`` (what the Spark source does per row).
 3. **mysql-replication**: ``BinLogStreamReader`` (is_mariadb, blocking=False) reading the
@@ -103,7 +103,8 @@ def count_events(path: Path) -> int:
 
 
 def run_relay(files: list[Path], with_json: bool) -> dict[str, float]:
-    from relay.binlog.changes import iter_changes, row_json
+    from relay.binlog.changes import row_json
+    from relay.pipeline.read import iter_changes
 
     rows = 0
     started = time.process_time()

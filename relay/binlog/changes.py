@@ -5,7 +5,7 @@
         for change in decoder.feed(offset, event):
             ...                                          # Change(file, pos, gtid, commit_ts, ...)
 
-    for change in iter_changes("/data/mysql-bin.000007", start=4, end=None): ...
+    for change in relay.pipeline.read.iter_changes("/data/mysql-bin.000007", start=4, end=None): ...
 
 The transaction envelope (Drizzle's, see ../shared/seeds/003): a change row is emitted
 only once the group it belongs to has committed, carrying the group's GTID, the position
@@ -44,17 +44,14 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import io
 import json
-import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fnmatch import fnmatchcase
-from functools import partial
 from itertools import chain, count, repeat
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 from . import coltypes as ct
 from . import events as ev
@@ -62,7 +59,7 @@ from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, u
 from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
 
 __all__ = [
-    "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter", "iter_changes",
+    "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter",
     "row_json", "value_json", "DEFAULT_SEGMENT_BYTES",
 ]
 
@@ -260,8 +257,9 @@ class ChangeDecoder:
     TableFilter); a filtered-out group is skipped without decoding, a filtered-out table's
     rows are decoded (for ``seq``) but not emitted. reread(start, end): the events of
     [start, end) of the file again, as (offset, event), for a group larger than
-    ``segment_bytes``, whose events the decoder let go of (relay.storage.scan.iter_events
-    on the file, which seeks before each read, so it may be the stream being fed from).
+    ``segment_bytes``, whose events the decoder let go of (relay.pipeline.read.iter_changes
+    passes relay.storage.scan.iter_events on the file, which seeks before each read, so it may
+    be the stream being fed from).
     """
 
     def __init__(self, file: str, reread: Callable[[int, int], Iterable[tuple[int, bytes | memoryview]]], *,
@@ -295,7 +293,7 @@ class ChangeDecoder:
                 group.mem_bytes += len(event)
                 if group.mem_bytes > self.segment_bytes:
                     self._let_go(group)
-            return _EMPTY
+            return NO_CHANGES
         if etype == ev.FORMAT_DESCRIPTION_EVENT:
             fde = ev.parse_format_description(event)
             self.crc = ev.CRC_LEN if fde.checksum_alg == ev.CHECKSUM_CRC32 else 0
@@ -303,9 +301,9 @@ class ChangeDecoder:
             self.flavor = "mariadb" if fde.is_mariadb else "mysql"
             self._drop_group()  # a new FDE mid-file: the server restarted, the open group is lost
             self._state = _OUTSIDE
-            return _EMPTY
+            return NO_CHANGES
         if etype in _NEUTRAL:
-            return _EMPTY
+            return NO_CHANGES
         if etype == ev.GTID_EVENT:
             seq_no, domain, flags2 = _MARIADB_GTID(event, ev.HEADER_LEN)
             if group is not None or self._pending is not None:
@@ -319,12 +317,12 @@ class ChangeDecoder:
             else:
                 self._state = _IN_TRANSACTION
                 self._group = _Group(gtid, offset, server_id, skip, _IN_TRANSACTION)
-            return _EMPTY
+            return NO_CHANGES
         if etype in _MYSQL_GTIDS:
             self._drop_group()
             self._state = _AFTER_MYSQL_GTID
             self._pending = (_mysql_gtid(event, etype), offset, False)
-            return _EMPTY
+            return NO_CHANGES
         if etype == ev.QUERY_EVENT or etype == ev.QUERY_COMPRESSED_EVENT:
             return self._on_query(offset, event, etype)
         if etype == ev.XID_EVENT or etype == ev.XA_PREPARE_LOG_EVENT:
@@ -332,7 +330,7 @@ class ChangeDecoder:
         if etype == ev.INCIDENT_EVENT:
             self._drop_group()
             self._state = _OUTSIDE
-            return _EMPTY
+            return NO_CHANGES
         if etype == ev.TRANSACTION_PAYLOAD_EVENT:
             raise ChangeDecodeError(f"{self.file}:{offset}: compressed transactions (MySQL "
                                     "binlog_transaction_compression) are not supported")
@@ -352,8 +350,8 @@ class ChangeDecoder:
                 self._buffer(group, offset, event)
             if group.state == _LOOSE and etype in ROWS_EVENT_TYPES and _stmt_end(event, self):
                 return self._commit(event)
-            return _EMPTY
-        return _EMPTY  # unknown or irrelevant event types
+            return NO_CHANGES
+        return NO_CHANGES  # unknown or irrelevant event types
 
     def _on_query(self, offset: int, event: bytes | memoryview, etype: int) -> Iterator[Change]:
         q = self._query(event, etype)
@@ -365,25 +363,25 @@ class ChangeDecoder:
             if kind == "rollback":
                 self._drop_group()
                 self._state = _OUTSIDE
-                return _EMPTY
+                return NO_CHANGES
             if kind == "savepoint":
                 group.savepoints = [(n, pos) for n, pos in group.savepoints if n != name]
                 group.savepoints.append((name, offset))  # type: ignore[arg-type]
-                return _EMPTY
+                return NO_CHANGES
             if kind == "rollback_to":
                 _rollback_to(group, name, offset)  # type: ignore[arg-type]
-                return _EMPTY
+                return NO_CHANGES
             if kind == "release":
                 for i, (n, _) in enumerate(group.savepoints):
                     if n == name:
                         del group.savepoints[i:]
                         break
-                return _EMPTY
+                return NO_CHANGES
             if kind in ("begin", "ignore"):
-                return _EMPTY
+                return NO_CHANGES
             if not group.skip:
                 self._buffer(group, offset, event)  # statement-based DML inside the transaction
-            return _EMPTY
+            return NO_CHANGES
         if kind == "begin":
             pending = self._pending
             self._pending = None
@@ -392,7 +390,7 @@ class ChangeDecoder:
                                  int.from_bytes(event[5:9], "little"), bool(pending and pending[2]),
                                  _IN_TRANSACTION)
             self._state = _IN_TRANSACTION
-            return _EMPTY
+            return NO_CHANGES
         # Anything else outside a transaction is a group of its own: DDL or a lone statement.
         pending = self._pending
         self._pending = None
@@ -453,9 +451,9 @@ class ChangeDecoder:
         self._pending = None
         self._state = _OUTSIDE
         if group is None:
-            return _EMPTY
+            return NO_CHANGES
         if group.skip:
-            return _EMPTY
+            return NO_CHANGES
         return self._replay(group, event)
 
     # ------------------------------------------------------------------ decoding a committed group
@@ -585,7 +583,7 @@ def _row_changes(rows: tuple[Any, ...], kind: str, head: tuple[Any, ...], seq: i
                  count(seq), before, after, r(query), r(txn_pos), r(tm))
     return list(map(_new_tuple, r(Change), fields))
 
-_EMPTY: Iterator[Change] = iter(())
+NO_CHANGES: Iterator[Change] = iter(())  # what feed() returns for an event that completes nothing
 
 
 def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
@@ -625,65 +623,6 @@ def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:
     sid = body[1:17].hex()
     gno = int.from_bytes(body[17:25], "little")
     return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}:{gno}"
-
-
-# --------------------------------------------------------------------------- reading a file
-
-
-def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int = 4, end: int | None = None,
-                 *, file: str | None = None, gtids: GtidRange | None = None,
-                 tables: TableFilter | str | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 with_ddl: bool = True, decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Change]:
-    """The changes of the groups in [start, end) of one binlog file.
-
-    source: a path, the file's bytes, or an open seekable binary stream (a group larger
-    than segment_bytes is read from it twice, see ChangeDecoder). start must be a group
-    boundary (4, or the end of a group); the FORMAT_DESCRIPTION event at offset 4 is read
-    first when start > 4. end defaults to the source's size; a group not finished by then
-    is not emitted. file: the name put into each Change (default: the path's base name).
-    decoder_out: if given, the decoder is appended to it (for its counters).
-    """
-    from ..storage.scan import iter_events  # the block reader; sans-IO callers use ChangeDecoder
-
-    own = False
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        stream: BinaryIO = io.BytesIO(bytes(source))
-        name = file or "binlog"
-    elif isinstance(source, (str, os.PathLike)):
-        stream = open(source, "rb")
-        own = True
-        name = file or os.path.basename(os.fspath(source))
-    else:
-        stream = source
-        name = file or getattr(source, "name", "binlog")
-    if isinstance(tables, str) or tables is None:
-        tables = TableFilter(tables)
-    decoder = ChangeDecoder(name, partial(iter_events, stream), gtids=gtids, tables=tables, segment_bytes=segment_bytes,
-                            with_ddl=with_ddl)
-    if decoder_out is not None:
-        decoder_out.append(decoder)
-    try:
-        if end is None:
-            stream.seek(0, os.SEEK_END)
-            end = stream.tell()
-        stream.seek(0)
-        if stream.read(4) != ev.BINLOG_MAGIC:
-            raise ChangeDecodeError(f"{name}: not a binlog file (bad magic number)")
-        if start > 4:
-            for _, fde in iter_events(stream, 4, end, block_size=1 << 16):
-                if fde[4] != ev.FORMAT_DESCRIPTION_EVENT:
-                    raise ChangeDecodeError(f"{name}: the first event is not a FORMAT_DESCRIPTION event")
-                decoder.feed(4, fde)
-                break
-        feed, empty = decoder.feed, _EMPTY
-        for offset, event in iter_events(stream, start, end):
-            changes = feed(offset, event)
-            if changes is not empty:
-                yield from changes
-    finally:
-        decoder.close()
-        if own:
-            stream.close()
 
 
 # --------------------------------------------------------------------------- JSON

@@ -404,7 +404,8 @@ RSS_PROBE = textwrap.dedent("""
     p = pl.plan_ranges(data_dir)
     rows = reread = 0
     if mode == "changes":
-        from relay.binlog.changes import iter_changes, row_json
+        from relay.binlog.changes import row_json
+        from relay.pipeline.read import iter_changes
         for r in p.ranges:
             decoders = []
             for c in iter_changes(r.path, r.start, r.end, file=r.name, decoder_out=decoders):

@@ -28,11 +28,11 @@ from relay.binlog.changes import (
     GtidRange,
     TableFilter,
     _classify,
-    iter_changes,
     row_json,
     value_json,
 )
 from relay.binlog.rows import ROWS_EVENT_TYPES
+from relay.pipeline.read import iter_changes
 from relay.pipeline import plan as pl
 from relay.storage.scan import iter_events
 
