@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import trio
 
 from .binlog import events as ev
-from .binlog.stream import DumpStream, StreamError, UpstreamEnded
+from .binlog.stream import MIXED_HISTORIES, DumpStream, StreamError, UpstreamEnded
 from .protocol.client import (
     NEED_DATA,
     AuthenticationError,
@@ -244,18 +244,17 @@ class Upstream:
         return int(value)
 
     def _check_identity(self, server_id: int, version: str) -> None:
+        """The upstream's own server_id only has to differ from the relay's.  It need not be the one
+        that wrote the stored history: a relay of the primary, or a sibling relay, serves the same
+        history under its own id; the history check is on the events (their writer and bytes at
+        the resume point, see DumpStream) and on the file sizes (_check_history)."""
         if server_id == self.settings.relay_server_id:
             raise FatalIngestError(
                 f"the primary's server_id is {server_id}, the same as the relay's own server_id; "
                 "give the relay a server_id no other server uses")
-        known = self.relay_log.state.upstream_server_id
-        if known is not None and known != server_id:
-            raise FatalIngestError(
-                f"the primary at {self.settings.host}:{self.settings.port} has server_id {server_id}, "
-                f"but {self.relay_log.data_dir} was filled from server_id {known}; refusing to mix two "
-                "binlog histories (use a new data_dir for a new primary)")
         self.status.server_id = server_id
-        if known is None or self.relay_log.state.upstream_version != version:
+        state = self.relay_log.state
+        if state.upstream_server_id != server_id or state.upstream_version != version:
             self.relay_log.remember_upstream(server_id, version)
 
     async def _first_file(self, conn: _Connection) -> str:
@@ -279,15 +278,14 @@ class Upstream:
         if resume_file not in primary_sizes:
             raise FatalIngestError(
                 f"the primary no longer has {resume_file}, where the relay must resume at {position} "
-                "(purged before the relay fetched it, or a different primary)")
+                f"(purged before the relay fetched it, or {MIXED_HISTORIES})")
         if primary_sizes[resume_file] < position:
             raise FatalIngestError(
                 f"the primary's {resume_file} is {primary_sizes[resume_file]} bytes, shorter than the "
-                f"{position} bytes the relay stored: a different primary, or its binlogs were reset")
+                f"{position} bytes the relay stored: {MIXED_HISTORIES}")
         for name in self.relay_log.files[:-1]:
             if name in primary_sizes and primary_sizes[name] != self.relay_log.path(name).stat().st_size:
-                raise FatalIngestError(f"the primary's {name} differs in size from the stored copy: "
-                                       "a different binlog history")
+                raise FatalIngestError(f"the primary's {name} differs in size from the stored copy: {MIXED_HISTORIES}")
 
     async def _ingest(self, conn: _Connection, stream: DumpStream) -> None:
         silence_limit = 2 * self.settings.heartbeat_period

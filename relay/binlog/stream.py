@@ -113,6 +113,10 @@ def _packet_bytes_needed(rest: bytes) -> int:
             return offset
 
 
+MIXED_HISTORIES = ("refusing to mix two binlog histories (another primary, or the primary's binlogs were reset; "
+                   "use a new data_dir for a new history)")
+
+
 class StreamError(Exception):
     """The upstream sent something the relay must not store; ingest stops with this message."""
 
@@ -144,6 +148,7 @@ class ResumePoint:
     file: str | None
     position: int
     last_event: bytes | None = None
+    origin_server_id: int | None = None  # of the stored FDE of ``file``: the server that wrote it
 
     @property
     def request_position(self) -> int:
@@ -155,6 +160,7 @@ class DumpStream:
         self.file = resume.file
         self.position = resume.request_position
         self._expect_replay = resume.last_event
+        self._expect_origin = resume.origin_server_id  # checked on the first FDE of ``file``
         self.checksum_alg = checksum_alg  # of the stream right now: negotiated, then per FDE
         self._next_file: str | None = None
         self._groups = GroupTracker()
@@ -295,6 +301,7 @@ class DumpStream:
                 self._misplaced(start, etype, log_pos, length)
         if etype == ev.FORMAT_DESCRIPTION_EVENT:
             self.checksum_alg = event[-5]
+            self._check_origin(event)
         if self._expect_replay is not None:
             self._check_replay(event)
             self._groups.ends_group(etype, event)
@@ -344,10 +351,23 @@ class DumpStream:
                                   f"but the relay asked for {self.position}")
         elif etype == ev.FORMAT_DESCRIPTION_EVENT:
             self.checksum_alg = event[-5]  # re-sent FDE of a dump that starts past offset 4
+            self._check_origin(event)
         elif etype == ev.HEARTBEAT_LOG_EVENT:
             end = len(event) - (4 if self.checksum_alg == ev.CHECKSUM_CRC32 else 0)
             name = bytes(event[ev.HEADER_LEN:end]).decode("utf-8", "replace")
             self.primary_position = (name, log_pos)
+
+    def _check_origin(self, event: memoryview) -> None:
+        """A stored history is the history of the server that wrote it, whichever server (the
+        primary, a relay of it) sends it: the resumed file's FDE names the same writer."""
+        expected, self._expect_origin = self._expect_origin, None
+        if expected is None:
+            return
+        writer = int.from_bytes(event[5:9], "little")
+        if writer != expected:
+            raise StreamError(
+                f"{self.file} was written by server_id {expected}, but the upstream's {self.file} by server_id "
+                f"{writer}: {MIXED_HISTORIES}")
 
     def _check_replay(self, event: memoryview) -> None:
         stored = self._expect_replay
@@ -356,8 +376,7 @@ class DumpStream:
         if not _same_event(stored, event):
             raise StreamError(
                 f"the primary's binlog history does not match the stored files: the event at "
-                f"{self.file}:{self.position} differs from the stored copy. This data_dir was filled "
-                "from another primary (or the primary's binlogs were reset); use a new data_dir.")
+                f"{self.file}:{self.position} differs from the stored copy: {MIXED_HISTORIES}")
         self.position += len(event)
 
     def _misplaced(self, start: int, etype: int, log_pos: int, length: int) -> None:

@@ -136,12 +136,15 @@ class RelayLog:
         if self.committed is None:
             return ResumePoint(None, 4)
         name, end = self.committed
-        if self._last_event_start >= end:
-            return ResumePoint(name, end)
         with open(self.path(name), "rb") as stream:
+            stream.seek(4)
+            header = stream.read(ev.HEADER_LEN)
+            writer = ev.EventHeader.parse(header).server_id if len(header) == ev.HEADER_LEN else None
+            if self._last_event_start >= end:
+                return ResumePoint(name, end, None, writer)
             stream.seek(self._last_event_start)
             last_event = stream.read(end - self._last_event_start)
-        return ResumePoint(name, end, last_event)
+        return ResumePoint(name, end, last_event, writer)
 
     def file_end(self, name: str) -> int:
         """How far readers may read in ``name``: the committed end for the current file."""

@@ -132,6 +132,33 @@ def test_data_dir_of_another_primary_is_refused(mariadb_factory, tmp_path):
     assert not mirror_differences(first, relay.data_dir)
 
 
+def test_the_history_is_the_primarys_whichever_server_sends_it(mariadb_factory, tmp_path):
+    # relay B fills from relay A (server_id 1001), then moves to the primary itself and then to a
+    # sibling relay C: one history (the primary's events), three upstream server_ids.
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=16384"])
+    primary.execute_many(["CREATE DATABASE h", "CREATE TABLE h.t (id INT PRIMARY KEY, v TEXT)"])
+    relay_a = _relay(tmp_path / "a", primary.port)
+    relay_c = _relay(tmp_path / "c", primary.port, server_id=1003)
+    relay_b = _relay(tmp_path / "b", relay_a.port, server_id=1002)
+    try:
+        for upstream in (relay_a, primary, relay_c):
+            if upstream is not relay_a:
+                relay_b.stop()
+                relay_b.config["upstream"]["port"] = upstream.port
+                relay_b.start()
+            first = int(primary.sql("SELECT COUNT(*) FROM h.t")[0][0])
+            primary.execute_many([f"INSERT INTO h.t VALUES ({first + i}, REPEAT('x', 900))" for i in range(40)])
+            wait_for_mirror(primary, relay_a)
+            wait_for_mirror(primary, relay_c)
+            wait_for_mirror(primary, relay_b)
+        assert len(primary.binlog_files()) > 3
+        assert "refusing to mix" not in relay_b.log_text()
+        assert '"upstream_server_id": 1003' in (relay_b.data_dir / "relay-state.json").read_text()
+    finally:
+        for relay in (relay_b, relay_c, relay_a):
+            relay.stop()
+
+
 def test_silent_connection_counts_as_lost(mariadb_factory, tmp_path):
     """No event and no heartbeat for twice the heartbeat period: reconnect (the network may
     swallow packets without resetting anything, e.g. a dead NAT entry)."""

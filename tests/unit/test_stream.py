@@ -113,6 +113,27 @@ def test_resume_checks_the_last_stored_event():
         stream.process([memoryview(b"\x00" + rotate)] + resumed[1:])
 
 
+@pytest.mark.parametrize("writer, accepted", [(7, True), (8, False)])  # the fixture's primary is server_id 7
+def test_resume_checks_who_wrote_the_file(writer, accepted):
+    events = file_events(BINLOG)
+    offset, last = events[5]
+    resumed = [p for p in _dump_packets()[:-1] if p[0] == 0 and (
+        struct.unpack_from("<I", p, 14)[0] == 0 or struct.unpack_from("<I", p, 14)[0] > offset)]
+    # a dump resumed past offset 4 opens with the file's FDE, in-use flag cleared and log_pos 0
+    fde = bytearray(events[0][1][:-4])
+    fde[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
+    fde[13:17] = bytes(4)
+    stream = DumpStream(ResumePoint("mysql-bin.000001", offset + len(last), last, writer), ev.CHECKSUM_CRC32)
+    packets = [memoryview(b"\x00" + _fake_rotate("mysql-bin.000001", offset)),
+               memoryview(b"\x00" + ev.with_checksum(bytes(fde)))] + resumed[1:]
+    if accepted:
+        assert stream.process(packets)[0].start == offset + len(last)
+    else:
+        with pytest.raises(StreamError, match="written by server_id 8, but the upstream's mysql-bin.000001 by "
+                                              "server_id 7: refusing to mix"):
+            stream.process(packets)
+
+
 def _fake_rotate(name: str, position: int) -> bytes:
     return ev.build_rotate(1, name, position, with_crc=True)
 
