@@ -15,7 +15,7 @@ from .metrics import Metrics
 from .storage.files import DataDirError
 from .storage.relaylog import RelayLog
 from .storage.retention import RetentionKeeper, RetentionPolicy
-from .upstream import Upstream, UpstreamSettings
+from .upstream import Candidate, Upstream, UpstreamSettings
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +24,12 @@ RETENTION_CHECK_SECONDS = 2.0  # a stat() per stored file: cheap enough to keep 
 
 def upstream_settings(config: Config) -> UpstreamSettings:
     upstream = config.upstream
+    candidates = tuple(Candidate(entry.host, entry.port) for entry in upstream.hosts)
+    first = candidates[0] if candidates else Candidate(upstream.host or "", upstream.port)
     return UpstreamSettings(
-        host=upstream.host,
-        port=upstream.port,
+        host=first.host,
+        port=first.port,
+        candidates=candidates,
         user=upstream.user,
         password=upstream.password.reveal() if upstream.password is not None else "",
         relay_server_id=config.server_id,

@@ -53,8 +53,10 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     config = _load(args.config)
-    print(f"{args.config}: OK (server_id {config.server_id}, upstream {config.upstream.host}:"
-          f"{config.upstream.port}, data_dir {config.data_dir})")
+    upstream = config.upstream
+    candidates = [f"{h.host}:{h.port}" for h in upstream.hosts] or [f"{upstream.host}:{upstream.port}"]
+    print(f"{args.config}: OK (server_id {config.server_id}, upstream {', '.join(candidates)}, "
+          f"data_dir {config.data_dir})")
     return 0
 
 

@@ -414,6 +414,12 @@ class ReconnectConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UpstreamHost:
+    host: str = _opt(_Str("host"), "Candidate primary's host name or IP address.")
+    port: int = _opt(_Int(1, 65535), "Its port.", 3306)
+
+
+@dataclass(frozen=True, kw_only=True)
 class UpstreamSSL:
     mode: str = _opt(_Choice("disabled", "preferred", "required", "verify_ca", "verify_identity"),
                      "TLS to the primary; verify_ca/verify_identity need ca.", "disabled")
@@ -424,8 +430,12 @@ class UpstreamSSL:
 
 @dataclass(frozen=True, kw_only=True)
 class UpstreamConfig:
-    host: str = _opt(_Str("host"), "Primary's host name or IP address.")
+    host: str | None = _opt(_Str("host"), "Primary's host name or IP address (or give hosts).", None,
+                            nullable=True)
     port: int = _opt(_Int(1, 65535), "Primary's port.", 3306)
+    hosts: tuple[UpstreamHost, ...] = _opt(
+        _SectionList(UpstreamHost), "Candidate primaries in order of preference, instead of host/port: the "
+        "relay follows the first writable one whose history holds what it stored, and moves on at a failover.", ())
     user: str = _opt(_Str(), "Replication user on the primary.")
     password: Secret = _opt(_SecretStr(), "Its password (or give password_file; neither = empty password).",
                             Secret(""), excludes="password_file")
@@ -570,6 +580,11 @@ def _check_listen_ssl(raw: Mapping, values: dict, report: _Report) -> None:
 
 
 def _check_upstream(raw: Mapping, values: dict, report: _Report) -> None:
+    has_host, has_hosts = raw.get("host") is not None, bool(raw.get("hosts"))
+    if has_host == has_hosts:
+        report("", "give host (one primary) or hosts (candidate primaries), not both" if has_host
+               else "give host, or hosts for several candidate primaries")
+        values["host"] = _INVALID
     if raw.get("password") is not None and raw.get("password_file") is not None:
         report("", "give either password or password_file, not both")
         values["password"] = _INVALID

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 import trio
 
 from .binlog import events as ev
+from .binlog.gtid import BinlogState, format_gtid_position
 from .binlog.stream import MIXED_HISTORIES, DumpStream, StreamError, UpstreamEnded
+from .binlog.translate import TranslatingStream, next_file_name
+from .candidates import (RELAY_VERSION_COMMENT, CandidateFacts, CandidateRefused, check_history, check_writable,
+                         parse_binlog_state)
 from .protocol.client import (
     NEED_DATA,
     AuthenticationError,
@@ -28,6 +32,7 @@ from .protocol.client import (
 from .protocol.packets import OkPacket, ProtocolError, ServerError
 from .protocol.resultset import ResultSet
 from .storage.files import DataDirError
+from .storage.gtidindex import GtidIndex
 from .storage.relaylog import RelayLog
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,19 @@ ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
 class FatalIngestError(Exception):
     """Ingest cannot go on without an operator (wrong primary, corrupt data, bad position)."""
+
+
+class NoCandidate(Exception):
+    """No candidate primary can be followed now (unreachable or refused): tried again later."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,12 @@ class UpstreamSettings:
     ssl_ca: str | None = None
     ssl_cert: str | None = None
     ssl_key: str | None = None
+    # upstream.hosts: the candidate primaries in order of preference (empty: host and port alone)
+    candidates: tuple[Candidate, ...] = ()
+
+    @property
+    def all_candidates(self) -> tuple[Candidate, ...]:
+        return self.candidates or (Candidate(self.host, self.port),)
 
 
 @dataclass
@@ -70,10 +94,13 @@ class UpstreamStatus:
     server_version: str | None = None
     server_id: int | None = None
     checksum_alg: int | None = None
-    stream: DumpStream | None = None
+    stream: DumpStream | TranslatingStream | None = None
     events_received: int = 0
     bytes_received: int = 0
     connected_event: trio.Event = field(default_factory=trio.Event)
+    current: Candidate | None = None  # the candidate replicated from (or last tried)
+    switches: int = 0  # times ingest moved to another candidate than the one before
+    refusals: dict[str, int] = field(default_factory=dict)  # candidates refused, by reason
 
 
 class _Connection:
@@ -113,6 +140,12 @@ class _Connection:
             raise ProtocolError(f"expected rows from {sql!r}")
         return list(result.rows)
 
+    async def dict_rows(self, sql: str) -> list[dict[str, str | None]]:
+        result = await self.query(sql)
+        if not isinstance(result, ResultSet):
+            raise ProtocolError(f"expected rows from {sql!r}")
+        return result.dicts()
+
 
 def _tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=settings.ssl_ca)
@@ -126,10 +159,11 @@ def _tls_context(settings: UpstreamSettings) -> ssl.SSLContext:
     return context
 
 
-async def connect(settings: UpstreamSettings) -> _Connection:
-    """Open a connection and log in; the result is ready for queries."""
+async def connect(settings: UpstreamSettings, candidate: Candidate | None = None) -> _Connection:
+    """Open a connection to ``candidate`` (default: the first) and log in; ready for queries."""
+    candidate = candidate or settings.all_candidates[0]
     with trio.fail_after(settings.connect_timeout):
-        stream: trio.abc.Stream = await trio.open_tcp_stream(settings.host, settings.port)
+        stream: trio.abc.Stream = await trio.open_tcp_stream(candidate.host, candidate.port)
         protocol = ClientConnection(settings.user, settings.password, tls=settings.ssl_mode)
         conn = _Connection(stream, protocol)
         while True:
@@ -137,7 +171,7 @@ async def connect(settings: UpstreamSettings) -> _Connection:
             if isinstance(event, StartTLS):
                 await conn.flush()
                 conn.stream = trio.SSLStream(conn.stream, _tls_context(settings),
-                                             server_hostname=settings.host)
+                                             server_hostname=candidate.host)
                 await conn.stream.do_handshake()
                 protocol.tls_started()
             elif isinstance(event, Connected):
@@ -152,6 +186,7 @@ class Upstream:
         self.relay_log = relay_log
         self.status = UpstreamStatus()
         self._replica_uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-{settings.relay_server_id}"))
+        self._gtid_index = GtidIndex(relay_log)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -169,14 +204,14 @@ class Upstream:
                 raise
             except (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError,
                     TLSRequiredError, UpstreamEnded, trio.TooSlowError, trio.BrokenResourceError,
-                    ssl.SSLError) as exc:
+                    ssl.SSLError, NoCandidate) as exc:
                 self.status.last_error = _describe(exc)
                 if self.status.connected:
                     delay = self.settings.reconnect_initial_delay  # it worked for a while
                 self._lost()
                 wait = delay * random.uniform(0.5, 1.0)
-                log.warning("upstream %s:%d: %s; reconnecting in %.1fs", self.settings.host,
-                            self.settings.port, self.status.last_error, wait)
+                log.warning("upstream %s: %s; reconnecting in %.1fs", self.status.current or "(none)",
+                            self.status.last_error, wait)
                 await trio.sleep(wait)
                 delay = min(delay * 2, self.settings.reconnect_max_delay)
                 self.status.reconnects += 1
@@ -187,19 +222,14 @@ class Upstream:
         self.relay_log.keep_whole_groups()
 
     async def _replicate_once(self) -> None:
-        conn = await connect(self.settings)
+        conn, facts = await self._choose_candidate()
         try:
             checksum_alg = await self._prepare(conn)
-            resume = self.relay_log.resume_point()
-            file = resume.file or await self._first_file(conn)
-            await self._check_history(conn, resume.file, resume.position)
-            stream = DumpStream(resume, checksum_alg)
-            conn.protocol.register_slave(self.settings.relay_server_id)
-            await conn.command()
-            conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id,
-                                      DUMP_FLAG_SEND_ANNOTATE_ROWS)
-            await conn.flush()
-            log.info("upstream: dumping from %s:%d", file, resume.request_position)
+            own = self.relay_log.state.own_files_from is not None
+            if own or not self._mirrors(facts):
+                stream = await self._start_gtid_dump(conn, checksum_alg, facts)
+            else:
+                stream = await self._start_mirror_dump(conn, checksum_alg)
             self.status.stream = stream
             self.status.connected = True
             self.status.connected_event.set()
@@ -208,13 +238,106 @@ class Upstream:
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(conn.stream)
 
+    async def _choose_candidate(self) -> tuple[_Connection, CandidateFacts]:
+        """The first candidate that is a primary the relay may follow; each refusal is logged."""
+        reasons = []
+        for candidate in self.settings.all_candidates:
+            try:
+                conn = await connect(self.settings, candidate)
+            except (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,
+                    trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError) as exc:
+                reasons.append(f"{candidate}: {_describe(exc)}")
+                continue
+            try:
+                facts = await self._vet(conn)
+            except CandidateRefused as refusal:
+                self.status.refusals[refusal.reason] = self.status.refusals.get(refusal.reason, 0) + 1
+                log.warning("upstream: candidate %s refused (%s): %s", candidate, refusal.reason, refusal)
+                reasons.append(f"{candidate}: {refusal.reason}")
+                await trio.aclose_forcefully(conn.stream)
+                continue
+            except BaseException:
+                await trio.aclose_forcefully(conn.stream)
+                raise
+            if self.status.current is not None and self.status.current != candidate:
+                self.status.switches += 1
+                log.warning("upstream: switching from %s to %s", self.status.current, candidate)
+            self.status.current = candidate
+            return conn, facts
+        raise NoCandidate("no candidate primary can be followed now: " + "; ".join(reasons))
+
+    async def _vet(self, conn: _Connection) -> CandidateFacts:
+        greeting = conn.protocol.greeting
+        assert greeting is not None
+        server_id = await self._server_id(conn, greeting.is_mariadb)
+        self._check_identity(server_id, greeting.server_version)
+        if len(self.settings.all_candidates) == 1 and self.relay_log.state.own_files_from is None:
+            # One upstream, as configured: followed as it is (a chain of relays, a replica on purpose).
+            return CandidateFacts(server_id, False, "", False, None)
+        rows = await conn.rows("SELECT @@GLOBAL.read_only, @@version_comment")
+        read_only, comment = (rows[0] if rows else ("0", ""))
+        replicating = False
+        if comment != RELAY_VERSION_COMMENT:
+            for status in await conn.dict_rows("SHOW SLAVE STATUS"):
+                replicating |= "Yes" in (status.get("Slave_IO_Running"), status.get("Slave_SQL_Running"))
+        binlog_state = None
+        if greeting.is_mariadb and comment != RELAY_VERSION_COMMENT:
+            state_rows = await conn.rows("SELECT @@GLOBAL.gtid_binlog_state")
+            binlog_state = parse_binlog_state(state_rows[0][0] or "") if state_rows else BinlogState()
+        facts = CandidateFacts(server_id, str(read_only).upper() in ("1", "ON"), comment or "", replicating,
+                               binlog_state)
+        check_writable(facts)
+        if binlog_state is not None:
+            check_history(self._gtid_index.binlog_state(), binlog_state)
+        return facts
+
+    def _mirrors(self, facts: CandidateFacts) -> bool:
+        """File/position resume keeps the primary's coordinates: only from the server that wrote the
+        stored files, or a relay serving them; any other primary is followed by GTID."""
+        origin = self.relay_log.resume_point().origin_server_id
+        return origin is None or facts.server_id == origin or facts.is_relay or facts.binlog_state is None
+
+    async def _start_mirror_dump(self, conn: _Connection, checksum_alg: int) -> DumpStream:
+        resume = self.relay_log.resume_point()
+        file = resume.file or await self._first_file(conn)
+        await self._check_history(conn, resume.file, resume.position)
+        stream = DumpStream(resume, checksum_alg)
+        conn.protocol.register_slave(self.settings.relay_server_id)
+        await conn.command()
+        conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id,
+                                  DUMP_FLAG_SEND_ANNOTATE_ROWS)
+        await conn.flush()
+        log.info("upstream: dumping from %s:%d", file, resume.request_position)
+        return stream
+
+    async def _start_gtid_dump(self, conn: _Connection, checksum_alg: int, facts: CandidateFacts) -> TranslatingStream:
+        """Follow a primary whose coordinates are not the stored ones, from the relay's GTID state
+        (strict: a hole is an error), into the relay's own files (binlog.translate)."""
+        relay_log = self.relay_log
+        if facts.binlog_state is None or relay_log.committed is None:
+            raise FatalIngestError("the relay can follow another primary only by MariaDB GTID, from stored history")
+        state = self._gtid_index.binlog_state()
+        connect_state = format_gtid_position(state.most_recent())
+        file, end = relay_log.committed
+        switching = relay_log.state.own_files_from is None or file < relay_log.state.own_files_from
+        if relay_log.state.own_files_from is None:
+            relay_log.begin_own_coordinates(next_file_name(file))
+        await conn.query(f"SET @slave_connect_state = '{connect_state}'")
+        await conn.query("SET @slave_gtid_strict_mode = 1")
+        conn.protocol.register_slave(self.settings.relay_server_id)
+        await conn.command()
+        conn.protocol.binlog_dump("", 4, self.settings.relay_server_id, DUMP_FLAG_SEND_ANNOTATE_ROWS)
+        await conn.flush()
+        log.info("upstream: following server_id %d by GTID from %s into %s%s", facts.server_id, connect_state,
+                 next_file_name(file) if switching else file, " (a new primary: the relay's own files from here)"
+                 if switching else "")
+        return TranslatingStream(file, end, checksum_alg, state if switching else None, self.settings.relay_server_id)
+
     async def _prepare(self, conn: _Connection) -> int:
         """The replica's opening queries (PROTOCOL.md 3.1 / 3.2); returns the checksum algorithm."""
         greeting = conn.protocol.greeting
         assert greeting is not None
         self.status.server_version = greeting.server_version
-        server_id = await self._server_id(conn, greeting.is_mariadb)
-        self._check_identity(server_id, greeting.server_version)
         period_ns = int(self.settings.heartbeat_period * 1e9)
         if greeting.is_mariadb:
             await conn.query(f"SET @master_heartbeat_period= {period_ns}")

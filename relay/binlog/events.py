@@ -191,12 +191,14 @@ def build_rotate(server_id: int, next_file: str, position: int, with_crc: bool,
     return with_checksum(event) if with_crc else event
 
 
-def build_gtid_list(server_id: int, gtids: list[tuple[int, int, int]], log_pos: int, with_crc: bool) -> bytes:
-    """An artificial GTID_LIST (domain, server_id, seq_no triples), as a primary sends one when a
-    GTID dump reaches its start: timestamp 0, the sender's server_id, log_pos where it stands."""
+def build_gtid_list(server_id: int, gtids: list[tuple[int, int, int]], log_pos: int, with_crc: bool,
+                    flags: int = LOG_EVENT_ARTIFICIAL_F) -> bytes:
+    """A GTID_LIST (domain, server_id, seq_no triples): by default the artificial one a primary
+    sends when a GTID dump reaches its start (timestamp 0, the sender's server_id, log_pos where
+    it stands); with flags 0, the one that opens a binlog file."""
     body = struct.pack("<I", len(gtids)) + b"".join(struct.pack("<IIQ", *gtid) for gtid in gtids)
     length = HEADER_LEN + len(body) + (CRC_LEN if with_crc else 0)
-    event = HEADER.pack(0, GTID_LIST_EVENT, server_id, length, log_pos & 0xFFFFFFFF, LOG_EVENT_ARTIFICIAL_F) + body
+    event = HEADER.pack(0, GTID_LIST_EVENT, server_id, length, log_pos & 0xFFFFFFFF, flags) + body
     return with_checksum(event) if with_crc else event
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -268,8 +269,7 @@ class RelayLog:
         if self.committed is None:
             return
         name, end = self.committed
-        self.state = RelayState(self.state.upstream_server_id, self.state.upstream_version,
-                                Checkpoint(name, end, self._last_event_start))
+        self.state = replace(self.state, checkpoint=Checkpoint(name, end, self._last_event_start))
         write_state(self.data_dir, self.state)
         self._last_checkpoint = time.monotonic()
 
@@ -347,7 +347,13 @@ class RelayLog:
     # ------------------------------------------------------------ identity of the upstream
 
     def remember_upstream(self, server_id: int, version: str) -> None:
-        self.state = RelayState(server_id, version, self.state.checkpoint)
+        self.state = replace(self.state, upstream_server_id=server_id, upstream_version=version)
+        write_state(self.data_dir, self.state)
+
+    def begin_own_coordinates(self, first_file: str) -> None:
+        """From ``first_file`` on, the stored files are the relay's own (after a switch of primary);
+        written before the first of them, so a crash in between resumes the switch, not a mirror."""
+        self.state = replace(self.state, own_files_from=first_file)
         write_state(self.data_dir, self.state)
 
     # ------------------------------------------------------------ readers

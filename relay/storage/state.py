@@ -27,6 +27,9 @@ class RelayState:
     upstream_server_id: int | None = None
     upstream_version: str | None = None
     checkpoint: Checkpoint | None = None
+    # Set at the first switch to another primary: stored files from this one on are the relay's
+    # own (named and positioned by the relay), and ingest resumes by GTID, never by file/position.
+    own_files_from: str | None = None
 
 
 def read_state(data_dir: Path) -> RelayState:
@@ -39,7 +42,7 @@ def read_state(data_dir: Path) -> RelayState:
             raise DataDirError(f"{path}: unsupported state version {raw.get('version')!r}")
         checkpoint = raw.get("checkpoint")
         return RelayState(raw.get("upstream_server_id"), raw.get("upstream_version"),
-                          Checkpoint(**checkpoint) if checkpoint else None)
+                          Checkpoint(**checkpoint) if checkpoint else None, raw.get("own_files_from"))
     except (ValueError, TypeError, AttributeError) as exc:
         raise DataDirError(f"{path} is damaged ({exc}); move it away to rebuild it from the binlogs") from None
 

@@ -643,3 +643,17 @@ def test_env_does_not_leak_from_process(monkeypatch):
     with pytest.raises(ConfigError, match="BINLOG_RELAY_NOT_A_KEY: unknown configuration variable"):
         parse_config(minimal())
     assert os.environ["BINLOG_RELAY_NOT_A_KEY"] == "1"
+
+
+def test_candidate_hosts_instead_of_one_host():
+    data = minimal()
+    del data["upstream"]["host"]
+    data["upstream"]["hosts"] = [{"host": "db1"}, {"host": "db2", "port": 3307}]
+    config = parse_config(data, {})
+    assert [(h.host, h.port) for h in config.upstream.hosts] == [("db1", 3306), ("db2", 3307)]
+    assert errors_of(with_(data, "upstream.host", "db0")) == [
+        "upstream: give host (one primary) or hosts (candidate primaries), not both"]
+    del data["upstream"]["hosts"]
+    assert errors_of(data) == ["upstream: give host, or hosts for several candidate primaries"]
+    assert errors_of(with_(data, "upstream.hosts", [{"port": 3306}])) == [
+        "upstream.hosts[0].host: required key is missing"]
