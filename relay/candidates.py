@@ -51,19 +51,24 @@ def check_writable(facts: CandidateFacts) -> None:
 
 
 def check_history(stored: BinlogState, candidate: BinlogState) -> None:
-    """Every GTID the relay stored must be in the candidate's binlog: the last seq_no of each
-    (domain, server_id) at least as high there.  Where it is lower, the candidate is behind, unless
-    its domain already went past that seq_no with another server's transactions: diverged."""
+    """The candidate must have no transaction of its own among those the relay stored: a GTID the
+    relay lacks with a seq_no the relay's domain already reached (an errant transaction, or another
+    primary's) is *diverged*.  And every GTID the relay stored must be in the candidate's binlog
+    (the last seq_no of each domain and server_id at least as high): else it is *behind*."""
+    for gtid in candidate.gtid_list():
+        reached = stored.last(gtid.domain_id)
+        mine = stored.seq_of(gtid.domain_id, gtid.server_id)
+        if reached is not None and gtid.seq_no <= reached.seq_no and (mine is None or mine < gtid.seq_no):
+            raise CandidateRefused("diverged", f"it has {gtid}, which the relay never stored, where the relay "
+                                               f"already has {reached}: an errant transaction or another "
+                                               "history; it can never be followed")
     for gtid in stored.gtid_list():
         have = candidate.seq_of(gtid.domain_id, gtid.server_id)
-        if have is not None and have >= gtid.seq_no:
-            continue
-        last = candidate.last(gtid.domain_id)
-        if last is not None and last.seq_no >= gtid.seq_no:
-            raise CandidateRefused("diverged", f"it lacks {gtid}, which the relay stored, but has {last} in "
-                                               "that domain: its history diverged; it can never be followed")
-        raise CandidateRefused("behind", f"it lacks {gtid}, which the relay stored (it has "
-                                         f"{_named(gtid.domain_id, gtid.server_id, have)}): it is behind")
+        if have is None or have < gtid.seq_no:
+            have_text = f"{gtid.domain_id}-{gtid.server_id}-{have}" if have is not None else \
+                f"nothing of server_id {gtid.server_id} in domain {gtid.domain_id}"
+            raise CandidateRefused("behind", f"it lacks {gtid}, which the relay stored (it has {have_text}): "
+                                             "it is behind; tried again later")
 
 
 def parse_binlog_state(text: str) -> BinlogState:
@@ -73,7 +78,3 @@ def parse_binlog_state(text: str) -> BinlogState:
         domain, server, seq = (int(n) for n in part.split("-"))
         state.update(Gtid(domain, server, seq))
     return state
-
-
-def _named(domain: int, server: int, seq: int | None) -> str:
-    return f"{domain}-{server}-{seq}" if seq is not None else f"nothing of server_id {server} in domain {domain}"

@@ -202,9 +202,7 @@ class Upstream:
                 self.status.last_error = str(exc)
                 log.error("upstream: ingest stopped: %s", exc)
                 raise
-            except (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError,
-                    TLSRequiredError, UpstreamEnded, trio.TooSlowError, trio.BrokenResourceError,
-                    ssl.SSLError, NoCandidate) as exc:
+            except (*_RETRYABLE, UpstreamEnded, NoCandidate) as exc:
                 self.status.last_error = _describe(exc)
                 if self.status.connected:
                     delay = self.settings.reconnect_initial_delay  # it worked for a while
@@ -242,29 +240,36 @@ class Upstream:
         """The first candidate that is a primary the relay may follow; each refusal is logged."""
         reasons = []
         for candidate in self.settings.all_candidates:
+            conn = None
             try:
                 conn = await connect(self.settings, candidate)
-            except (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,
-                    trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError) as exc:
-                reasons.append(f"{candidate}: {_describe(exc)}")
-                continue
-            try:
                 facts = await self._vet(conn)
             except CandidateRefused as refusal:
                 self.status.refusals[refusal.reason] = self.status.refusals.get(refusal.reason, 0) + 1
                 log.warning("upstream: candidate %s refused (%s): %s", candidate, refusal.reason, refusal)
                 reasons.append(f"{candidate}: {refusal.reason}")
-                await trio.aclose_forcefully(conn.stream)
-                continue
+            except _RETRYABLE as exc:
+                if len(self.settings.all_candidates) == 1:  # one primary: its own error, as it is
+                    if conn is not None:
+                        await trio.aclose_forcefully(conn.stream)
+                    raise
+                log.warning("upstream: candidate %s: %s", candidate, _describe(exc))
+                reasons.append(f"{candidate}: {_describe(exc)}")
             except BaseException:
-                await trio.aclose_forcefully(conn.stream)
+                if conn is not None:
+                    await trio.aclose_forcefully(conn.stream)
                 raise
-            if self.status.current is not None and self.status.current != candidate:
-                self.status.switches += 1
-                log.warning("upstream: switching from %s to %s", self.status.current, candidate)
-            self.status.current = candidate
-            return conn, facts
-        raise NoCandidate("no candidate primary can be followed now: " + "; ".join(reasons))
+            else:
+                break
+            if conn is not None:
+                await trio.aclose_forcefully(conn.stream)
+        else:
+            raise NoCandidate("no candidate primary can be followed now: " + "; ".join(reasons))
+        if self.status.current is not None and self.status.current != candidate:
+            self.status.switches += 1
+            log.warning("upstream: switching from %s to %s", self.status.current, candidate)
+        self.status.current = candidate
+        return conn, facts
 
     async def _vet(self, conn: _Connection) -> CandidateFacts:
         greeting = conn.protocol.greeting
@@ -277,9 +282,9 @@ class Upstream:
         rows = await conn.rows("SELECT @@GLOBAL.read_only, @@version_comment")
         read_only, comment = (rows[0] if rows else ("0", ""))
         replicating = False
-        if comment != RELAY_VERSION_COMMENT:
-            for status in await conn.dict_rows("SHOW SLAVE STATUS"):
-                replicating |= "Yes" in (status.get("Slave_IO_Running"), status.get("Slave_SQL_Running"))
+        if comment != RELAY_VERSION_COMMENT:  # (SHOW SLAVE STATUS would need SLAVE MONITOR)
+            running = await conn.rows("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
+            replicating = bool(running) and (running[0][1] or "0") != "0"
         binlog_state = None
         if greeting.is_mariadb and comment != RELAY_VERSION_COMMENT:
             state_rows = await conn.rows("SELECT @@GLOBAL.gtid_binlog_state")
@@ -433,6 +438,10 @@ class Upstream:
                 relay_log.apply(segments)
             else:
                 relay_log.sync_if_due()
+
+
+_RETRYABLE = (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,
+              trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError)
 
 
 def _describe(exc: BaseException) -> str:

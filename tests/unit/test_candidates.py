@@ -1,0 +1,40 @@
+"""Which candidate primary the relay may follow: writable, and holding the stored history."""
+
+import pytest
+
+from relay.candidates import CandidateFacts, CandidateRefused, check_history, check_writable, parse_binlog_state
+
+STORED = parse_binlog_state("0-1-100,7-1-15,7-2-5")
+
+
+def _refusal(candidate: str) -> str | None:
+    try:
+        check_history(STORED, parse_binlog_state(candidate))
+    except CandidateRefused as refused:
+        return refused.reason
+    return None
+
+
+@pytest.mark.parametrize("candidate, reason", [
+    ("0-1-100,7-1-15,7-2-5", None),               # the same history
+    ("0-1-100,0-2-120,7-1-15,7-2-9", None),       # and more, written after it (a promoted replica)
+    ("0-1-99,7-1-15,7-2-5", "behind"),            # lacks the relay's last of domain 0
+    ("0-1-100,7-1-15", "behind"),                 # never got 7-2-5
+    ("", "behind"),
+    ("0-1-99,0-2-100,7-1-15,7-2-5", "diverged"),  # another transaction where the relay has 0-1-100
+    ("0-2-50,0-1-100,7-1-15,7-2-5", "diverged"),  # an errant transaction among those stored
+])
+def test_history_of_a_candidate(candidate, reason):
+    assert _refusal(candidate) == reason
+
+
+def test_writable_means_read_only_off_and_not_replicating_unless_a_relay():
+    primary = CandidateFacts(2, read_only=False, version_comment="mariadb.org binary distribution",
+                             replicating=False, binlog_state=None)
+    check_writable(primary)
+    for reason, facts in (("read_only", CandidateFacts(2, True, "", False, None)),
+                          ("replicating", CandidateFacts(2, False, "", True, None))):
+        with pytest.raises(CandidateRefused) as refused:
+            check_writable(facts)
+        assert refused.value.reason == reason
+    check_writable(CandidateFacts(1001, True, "binlog-relay", False, None))
