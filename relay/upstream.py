@@ -324,19 +324,22 @@ class Upstream:
         state = self._gtid_index.binlog_state()
         connect_state = format_gtid_position(state.most_recent())
         file, end = relay_log.committed
-        switching = relay_log.state.own_files_from is None or file < relay_log.state.own_files_from
-        if relay_log.state.own_files_from is None:
-            relay_log.begin_own_coordinates(next_file_name(file))
+        own_from = relay_log.state.own_files_from
+        # (a crash may have left the switch half done: the first own file not created yet, or empty)
+        switching = own_from is None or own_from not in relay_log.files or end == 4
+        if own_from is None:
+            relay_log.begin_own_coordinates(file if end == 4 else next_file_name(file))
+        last_event = relay_log.resume_point().last_event
+        ends_with_rotate = last_event is not None and last_event[4] == ev.ROTATE_EVENT
         await conn.query(f"SET @slave_connect_state = '{connect_state}'")
         await conn.query("SET @slave_gtid_strict_mode = 1")
         conn.protocol.register_slave(self.settings.relay_server_id)
         await conn.command()
         conn.protocol.binlog_dump("", 4, self.settings.relay_server_id, DUMP_FLAG_SEND_ANNOTATE_ROWS)
         await conn.flush()
-        log.info("upstream: following server_id %d by GTID from %s into %s%s", facts.server_id, connect_state,
-                 next_file_name(file) if switching else file, " (a new primary: the relay's own files from here)"
-                 if switching else "")
-        return TranslatingStream(file, end, checksum_alg, state if switching else None, self.settings.relay_server_id)
+        log.info("upstream: following server_id %d by GTID from %s%s", facts.server_id, connect_state,
+                 " (another primary: the relay's own files from here on)" if switching else "")
+        return TranslatingStream(file, end, checksum_alg, state if switching else None, ends_with_rotate)
 
     async def _prepare(self, conn: _Connection) -> int:
         """The replica's opening queries (PROTOCOL.md 3.1 / 3.2); returns the checksum algorithm."""

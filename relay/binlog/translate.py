@@ -40,16 +40,19 @@ def next_file_name(name: str) -> str:
 
 class TranslatingStream:
     """``file`` and ``position``: the relay's current file and its stored (committed) end.
-    ``switch_state``: at a switch, the relay's binlog state for the GTID_LIST of the new file
-    (None when the relay already stores this primary's history in translated files)."""
+    ``switch_state``: at a switch, the relay's binlog state for the GTID_LIST of the file the
+    primary's events go to (None when the current file already holds this primary's events).
+    At a switch that file is the next one, after a ROTATE closing ``file`` (unless ``file`` already
+    ends with one: a rotation of the old primary, or a switch a crash interrupted), or ``file``
+    itself while it is empty (a crash right after creating it)."""
 
     def __init__(self, file: str, position: int, checksum_alg: int, switch_state: BinlogState | None,
-                 relay_server_id: int) -> None:
+                 ends_with_rotate: bool = False) -> None:
         self.file = file
         self.position = position
         self.checksum_alg = checksum_alg
-        self.relay_server_id = relay_server_id
         self._switch_state = switch_state
+        self._ends_with_rotate = ends_with_rotate
         self._reader = PacketReader()
         self._reader.next_seq = 1  # the dump's replies follow the client's packet 0
         self._groups = GroupTracker()
@@ -125,12 +128,40 @@ class TranslatingStream:
             self.last_event_timestamp = header.timestamp
 
     def _open_next_file(self, fde: bytes, header: ev.EventHeader, segments: list[Segment]) -> None:
-        """Close the current file with a ROTATE and start the next with ``fde`` (and, at the
-        switch, a GTID_LIST of what the relay holds)."""
+        """Start the relay's next file with ``fde`` (and, at a switch, a GTID_LIST of what the relay
+        holds), closing the current one with a ROTATE naming it."""
         if self._groups.inside_group:
             raise StreamError(f"the primary started a new binlog file inside an event group ({self.file})")
+        if self.position == 4:
+            opening = Segment(self.file, 4)  # the current file is empty: it is the one to fill
+            segments.append(opening)
+        else:
+            next_file = next_file_name(self.file)
+            if not self._ends_with_rotate:
+                self._close_with_rotate(next_file, header, segments)
+            self.file, self.position = next_file, 4
+            opening = Segment(next_file, 4, new_file=True)
+            segments.append(opening)
+        self._ends_with_rotate = False
+        cleared = bytearray(fde)
+        cleared[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F  # the stored file's FDE, as sent at offset 4
+        opening.chunks.append(self._at_relay_position(bytes(cleared)))
+        self.position += len(opening.chunks[-1])
+        if self._switch_state is not None:
+            crc = self.checksum_alg == ev.CHECKSUM_CRC32
+            gtids = [(g.domain_id, g.server_id, g.seq_no) for g in self._switch_state.gtid_list()]
+            body_len = 4 + 16 * len(gtids) + (ev.CRC_LEN if crc else 0)
+            opening.chunks.append(ev.build_gtid_list(header.server_id, gtids, self.position + ev.HEADER_LEN + body_len,
+                                                     crc, flags=0))
+            self.position += len(opening.chunks[-1])
+            self._switch_state = None
+        opening.size = self.position - 4
+        opening.committed_end = self.position
+        opening.last_event_start = self.position - len(opening.chunks[-1])
+        self._upstream_rotated = False
+
+    def _close_with_rotate(self, next_file: str, header: ev.EventHeader, segments: list[Segment]) -> None:
         crc = self.checksum_alg == ev.CHECKSUM_CRC32
-        next_file = next_file_name(self.file)
         rotate_len = ev.HEADER_LEN + 8 + len(next_file.encode()) + (ev.CRC_LEN if crc else 0)
         rotate = ev.build_rotate(header.server_id, next_file, 4, crc, timestamp=header.timestamp,
                                  log_pos=self.position + rotate_len, flags=0)
@@ -139,26 +170,7 @@ class TranslatingStream:
         closing.size += len(rotate)
         closing.committed_end = self.position + len(rotate)
         closing.last_event_start = self.position
-        self.file, self.position = next_file, 4
-        opening = Segment(next_file, 4, new_file=True)
-        segments.append(opening)
-        cleared = bytearray(fde)
-        cleared[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F  # the stored file's FDE, as sent at offset 4
-        stored_fde = self._at_relay_position(bytes(cleared))
-        opening.chunks.append(stored_fde)
-        self.position += len(stored_fde)
-        if self._switch_state is not None:
-            gtids = [(g.domain_id, g.server_id, g.seq_no) for g in self._switch_state.gtid_list()]
-            body_len = 4 + 16 * len(gtids) + (ev.CRC_LEN if crc else 0)
-            listed = ev.build_gtid_list(header.server_id, gtids, self.position + ev.HEADER_LEN + body_len, crc,
-                                        flags=0)
-            opening.chunks.append(listed)
-            self.position += len(listed)
-            self._switch_state = None
-        opening.size = self.position - 4
-        opening.committed_end = self.position
-        opening.last_event_start = self.position - len(opening.chunks[-1])
-        self._upstream_rotated = False
+        self.position += len(rotate)
 
     def _at_relay_position(self, event: bytes) -> bytes:
         """The event with the log_pos of its end in the relay's file, CRC32 computed again."""

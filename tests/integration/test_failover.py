@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from tests.support.mariadb import MariaDB, wait_for
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
@@ -59,7 +61,8 @@ def _assert_same_tables(expected: MariaDB, *others: MariaDB) -> None:
         assert table_checksums(other, tables) == want, f"server_id {other.server_id} differs"
 
 
-def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_factory, relay_factory):
+@pytest.mark.parametrize("crash", [False, True], ids=["clean", "kill9-during-switch"])
+def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_factory, relay_factory, crash):
     primary = mariadb_factory(server_id=1, extra_args=[SMALL_BINLOGS])
     standby = mariadb_factory(server_id=2, extra_args=[SMALL_BINLOGS, "--log-slave-updates=1"])
     attach_replica(standby, primary.port, use_gtid="slave_pos")
@@ -77,6 +80,11 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
     primary.kill()
     _promote(standby)
     with WriteLoad(standby) as after:
+        if crash:  # as soon as the relay begins its own files, while writes go on
+            wait_for(lambda: "the relay's own files from here on" in relay.log_text(), 60, "no switch began")
+            relay.kill9()
+            relay.start()
+            relay.wait_listening()
         wait_for(lambda: after.commits >= 300, 60, "no writes on the promoted standby")
     wait_for(lambda: "switching from" in relay.log_text(), 60, "the relay did not switch to the standby")
     _wait_applied(by_gtid, standby, "the GTID replica of the relay")
