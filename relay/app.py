@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from pathlib import Path
 
 import trio
 
@@ -14,6 +15,7 @@ from .downstream.registry import Registry
 from .metrics import Metrics
 from .storage.files import DataDirError
 from .storage.relaylog import RelayLog
+from .storage.replicabook import ReplicaBook
 from .storage.retention import RetentionKeeper, RetentionPolicy
 from .upstream import Candidate, Upstream, UpstreamSettings
 
@@ -60,8 +62,11 @@ class Relay:
         self.upstream = Upstream(upstream_settings(config), self.relay_log)
         self.registry = Registry()
         retention = config.storage.retention
+        self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
+        self.replica_book.load()
         self.retention = RetentionKeeper(self.relay_log, RetentionPolicy(
-            retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use)
+            retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
+            self.replica_book.needed)
         self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
         self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
 
@@ -82,8 +87,12 @@ class Relay:
     async def _retention_timer(self) -> None:
         while True:
             await trio.sleep(RETENTION_CHECK_SECONDS)
+            now = time.time()
             try:
-                self.retention.enforce(time.time())
+                for dump in list(self.registry.all_dumps):
+                    self.replica_book.seen(dump.server_id, dump.file, now)
+                self.replica_book.save(now)
+                self.retention.enforce(now)
             except (OSError, DataDirError) as exc:  # retried on the next round, never fatal
                 log.error("retention: purge failed: %s", exc)
 

@@ -324,6 +324,9 @@ _DURATION_PART = re.compile(r"(\d+)\s*([smhdw])", re.IGNORECASE)
 class _Duration(_Kind):
     label = "seconds, or a string like 7d / 12h / 30m / 45s (also 1h30m)"
 
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def parse(self, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             seconds = value
@@ -331,8 +334,8 @@ class _Duration(_Kind):
             seconds = sum(int(n) * _DURATION_UNITS[u.lower()] for n, u in _DURATION_PART.findall(value))
         else:
             raise _Invalid(f"expected a duration like 7d, 12h, 30m, 45s or a number of seconds, got {_show(value)}")
-        if seconds <= 0:
-            raise _Invalid(f"must be greater than 0, got {_show(value)}")
+        if seconds < 0 or (seconds == 0 and not self.allow_zero):
+            raise _Invalid(f"must be {'0 or more' if self.allow_zero else 'greater than 0'}, got {_show(value)}")
         return seconds
 
 
@@ -452,6 +455,8 @@ class UpstreamConfig:
     connect_timeout: float = _opt(_Seconds(), "Timeout for connecting and logging in.", 10.0)
     reconnect: ReconnectConfig = _section(ReconnectConfig, "Reconnect back-off.")
     ssl: UpstreamSSL = _section(UpstreamSSL, "TLS to the primary.")
+    semi_sync: bool = _opt(_Bool(), "Be a semi-sync replica of a primary that runs semi-sync, acknowledging each "
+                           "transaction once it is on the relay's disk (needs storage.sync: commit).", False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -510,6 +515,8 @@ class RetentionConfig:
     max_age: int | None = _opt(_Duration(), "Purge binlogs older than this, in seconds (null = unlimited).",
                                None, nullable=True)
     min_files: int = _opt(_Int(1), "Always keep at least this many binlog files.", 2)
+    replica_grace: int = _opt(_Duration(allow_zero=True), "Keep, for this long after a replica was last seen, the files it "
+                              "still needs (kept in data_dir across restarts); 0 = only connected replicas.", 3600)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -629,6 +636,10 @@ def _check_config(raw: Mapping, values: dict, report: _Report) -> None:
     server_id, upstream, users = values["server_id"], values["upstream"], values["users"]
     if _valid(server_id, upstream) and server_id in upstream.ignore_server_ids:
         report("upstream.ignore_server_ids", f"contains server_id {server_id}, the relay's own id")
+    storage = values.get("storage")
+    if _valid(upstream, storage) and upstream.semi_sync and storage.sync != "commit":
+        report("upstream.semi_sync", f"needs storage.sync: commit (it is {storage.sync}): an acknowledged "
+               "transaction must be on disk")
     if _valid(users):
         seen: set[str] = set()
         for index, user in enumerate(users):

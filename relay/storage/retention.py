@@ -1,7 +1,9 @@
 """Which stored binlog files may go (storage.retention, PURGE BINARY LOGS): a pure decision.
 
 Never the active file, never a file a connected replica still reads or will read next, and
-never below ``min_files``; then the oldest first, by total size and by age.
+never below ``min_files``; then the oldest first, by total size and by age.  The policy also
+spares what a replica seen within ``replica_grace`` still needs (replicabook); an explicit
+PURGE, like a primary's, spares only what connected replicas read.
 """
 
 from __future__ import annotations
@@ -79,14 +81,15 @@ ER_LOG_IN_USE = 1378
 class RetentionKeeper:
     """Applies the policy and PURGE statements to a relay log, sparing files in use."""
 
-    def __init__(self, relay_log: RelayLog, policy: RetentionPolicy,
-                 files_in_use: Callable[[], set[str]]) -> None:
+    def __init__(self, relay_log: RelayLog, policy: RetentionPolicy, files_in_use: Callable[[], set[str]],
+                 files_for_returning_replicas: Callable[[float], set[str]] = lambda now: set()) -> None:
         self.relay_log = relay_log
         self.policy = policy
         self.files_in_use = files_in_use
+        self.files_for_returning_replicas = files_for_returning_replicas
 
-    def _in_use_from(self, files: list[StoredFile]) -> int | None:
-        in_use = self.files_in_use()
+    def _in_use_from(self, files: list[StoredFile], also: set[str] | None = None) -> int | None:
+        in_use = self.files_in_use() | (also or set())
         indexes = [i for i, f in enumerate(files) if f.name in in_use]
         return min(indexes) if indexes else None
 
@@ -94,7 +97,8 @@ class RetentionKeeper:
         if self.policy.max_size is None and self.policy.max_age is None:
             return []
         files = self.relay_log.stored_files()
-        return self.relay_log.purge(files_to_purge(files, self.policy, self._in_use_from(files), now))
+        in_use_from = self._in_use_from(files, self.files_for_returning_replicas(now))
+        return self.relay_log.purge(files_to_purge(files, self.policy, in_use_from, now))
 
     def purge_to(self, target: str) -> list[str]:
         files = self.relay_log.stored_files()

@@ -189,7 +189,7 @@ def test_min_files_is_kept_even_over_max_size(mariadb_factory, tmp_path):
 
 def test_a_file_a_dump_reads_is_kept_until_the_dump_ends(mariadb_factory, tmp_path):
     primary = mariadb_factory(server_id=1, extra_args=SMALL_BINLOGS)
-    relay = _relay(tmp_path, primary, storage=_retention(max_size=MAX_SIZE, min_files=2))
+    relay = _relay(tmp_path, primary, storage=_retention(max_size=MAX_SIZE, min_files=2, replica_grace=0))
     try:
         _prepare(primary)
         _rotate(primary, 3)
@@ -220,6 +220,34 @@ def test_a_file_a_dump_reads_is_kept_until_the_dump_ends(mariadb_factory, tmp_pa
     finally:
         assert relay.stop() == 0
     assert "Traceback" not in relay.log_text()
+
+
+def test_a_replica_that_went_away_keeps_its_file_for_the_grace_period_across_a_restart(mariadb_factory,
+                                                                                       tmp_path):
+    grace = 12
+    primary = mariadb_factory(server_id=1, extra_args=SMALL_BINLOGS)
+    relay = _relay(tmp_path, primary, storage=_retention(max_size=MAX_SIZE, min_files=2, replica_grace=grace))
+    _prepare(primary)
+    _rotate(primary, 3)
+    held = primary.master_status()[0]
+    _wait_suffix_mirror(primary, relay, what=f"stored up to {held}")
+    stalled = _stall_on(relay, held, server_id=57)
+    _big_row(primary, 1)
+    _rotate(primary, 15)
+    _wait_suffix_mirror(primary, relay, lambda: relay.stored_files()[0] == held, what=f"the files from {held} on")
+    _holds_for(lambda: relay.stored_files()[0] == held, RETENTION_PERIOD + 0.5, f"{held} purged during the dump")
+    stalled.close()  # the replica goes away, and the relay restarts meanwhile
+    assert relay.stop() == 0
+    left = time.monotonic()
+    relay.start()
+    relay.wait_listening()
+    _rotate(primary, 2)
+    _holds_for(lambda: held in relay.stored_files(), grace / 3,
+               f"{held} was purged although replica 57 was seen less than {grace}s ago")
+    assert time.monotonic() - left < grace
+    _wait_suffix_mirror(primary, relay, lambda: held not in relay.stored_files(), timeout=grace + 20,
+                        what=f"purged of {held} once replica 57 was gone longer than replica_grace")
+    assert relay.stop() == 0
 
 
 def test_max_age_purges_old_files_but_never_the_active_one(mariadb_factory, tmp_path):

@@ -1,0 +1,41 @@
+"""The replica book: which file a replica last read, kept across restarts for replica_grace."""
+
+import json
+
+from relay.storage.replicabook import BOOK_FILE, ReplicaBook
+
+GRACE = 3600.0
+
+
+def test_a_replica_seen_within_the_grace_keeps_its_file_across_a_restart(tmp_path):
+    book = ReplicaBook(tmp_path, GRACE)
+    book.load()
+    book.seen(5, "mysql-bin.000003", now=1000.0)
+    book.seen(0, "mysql-bin.000001", now=1000.0)  # a tool's one-off dump: not a replica
+    book.save(now=1000.0)
+    again = ReplicaBook(tmp_path, GRACE)
+    again.load()
+    assert again.needed(now=1000.0 + GRACE) == {"mysql-bin.000003"}
+    assert again.needed(now=1000.0 + GRACE + 1) == set()
+
+
+def test_moving_to_another_file_is_written_at_once_and_expired_replicas_are_dropped(tmp_path):
+    book = ReplicaBook(tmp_path, GRACE)
+    book.load()
+    book.seen(5, "mysql-bin.000003", now=1000.0)
+    book.seen(6, "mysql-bin.000002", now=1000.0)
+    book.save(now=1000.0)
+    book.seen(5, "mysql-bin.000004", now=1001.0)
+    book.save(now=1001.0)
+    assert json.loads((tmp_path / BOOK_FILE).read_text())["5"]["file"] == "mysql-bin.000004"
+    book.seen(5, "mysql-bin.000004", now=1000.0 + GRACE + 10)
+    book.save(now=1000.0 + GRACE + 10)  # replica 6 was last seen more than the grace ago
+    assert set(json.loads((tmp_path / BOOK_FILE).read_text())) == {"5"}
+
+
+def test_an_unreadable_book_protects_nothing_and_is_reported(tmp_path, caplog):
+    (tmp_path / BOOK_FILE).write_text("{not json")
+    book = ReplicaBook(tmp_path, GRACE)
+    book.load()
+    assert book.needed(now=0.0) == set()
+    assert "ignoring unreadable" in caplog.text
