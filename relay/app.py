@@ -32,6 +32,7 @@ def upstream_settings(config: Config) -> UpstreamSettings:
         host=first.host,
         port=first.port,
         candidates=candidates,
+        semi_sync=upstream.semi_sync,
         user=upstream.user,
         password=upstream.password.reveal() if upstream.password is not None else "",
         relay_server_id=config.server_id,

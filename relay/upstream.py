@@ -8,16 +8,19 @@ to retry; everything it parses is parsed by those sans-IO objects.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import ssl
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from .binlog import events as ev
 from .binlog.gtid import BinlogState, format_gtid_position
-from .binlog.stream import MIXED_HISTORIES, DumpStream, StreamError, UpstreamEnded
+from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
+from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment, StreamError, UpstreamEnded
 from .binlog.translate import TranslatingStream, next_file_name
 from .candidates import (RELAY_VERSION_COMMENT, CandidateFacts, CandidateRefused, check_history, check_writable,
                          parse_binlog_state)
@@ -78,6 +81,7 @@ class UpstreamSettings:
     ssl_key: str | None = None
     # upstream.hosts: the candidate primaries in order of preference (empty: host and port alone)
     candidates: tuple[Candidate, ...] = ()
+    semi_sync: bool = False
 
     @property
     def all_candidates(self) -> tuple[Candidate, ...]:
@@ -99,6 +103,8 @@ class UpstreamStatus:
     bytes_received: int = 0
     connected_event: trio.Event = field(default_factory=trio.Event)
     current: Candidate | None = None  # the candidate replicated from (or last tried)
+    semi_sync: bool = False  # the current dump is semi-sync: the primary waits for the relay's ACKs
+    semi_sync_acks: int = 0
     switches: int = 0  # times ingest moved to another candidate than the one before
     refusals: dict[str, int] = field(default_factory=dict)  # candidates refused, by reason
 
@@ -361,7 +367,21 @@ class Upstream:
         checksum = (rows[0][0] or "NONE").upper() if rows else "NONE"
         alg = ev.CHECKSUM_CRC32 if checksum == "CRC32" else ev.CHECKSUM_OFF
         self.status.checksum_alg = alg
+        self.status.semi_sync = self.settings.semi_sync and await self._ask_for_semi_sync(conn, greeting.is_mariadb)
         return alg
+
+    async def _ask_for_semi_sync(self, conn: _Connection, is_mariadb: bool) -> bool:
+        """Announce the relay as a semi-sync replica where the primary can run semi-sync (an
+        empty answer means it cannot: replication stays asynchronous, and the log says so)."""
+        if not is_mariadb:
+            log.warning("upstream: semi_sync is implemented for MariaDB primaries; replicating asynchronously")
+            return False
+        if not await conn.rows("SHOW VARIABLES LIKE 'rpl_semi_sync_master_enabled'"):
+            log.warning("upstream: the primary has no semi-sync; replicating asynchronously")
+            return False
+        await conn.query("SET @rpl_semi_sync_slave = 1")
+        log.info("upstream: semi-sync: each transaction the primary waits on is acknowledged once on disk")
+        return True
 
     async def _server_id(self, conn: _Connection, is_mariadb: bool) -> int:
         if is_mariadb:
@@ -418,7 +438,36 @@ class Upstream:
             if name in primary_sizes and primary_sizes[name] != self.relay_log.path(name).stat().st_size:
                 raise FatalIngestError(f"the primary's {name} differs in size from the stored copy: {MIXED_HISTORIES}")
 
-    async def _ingest(self, conn: _Connection, stream: DumpStream) -> None:
+    async def _ingest(self, conn: _Connection, stream: DumpStream | TranslatingStream) -> None:
+        if not self.status.semi_sync:
+            await self._receive_and_store(conn, stream.receive)
+            return
+        # Semi-sync: the plain stream goes to ``stream``; each transaction the primary waits on is
+        # acknowledged by another task once it is committed (fsynced, with storage.sync: commit),
+        # so a slow disk delays the primary's commit, never the receiving.
+        deframer = SemiSyncDeframer(stream.checksum_alg)
+        to_ack, acks = trio.open_memory_channel[tuple[tuple[str, int], Ack]](math.inf)
+
+        def receive(data: bytes) -> list[Segment]:
+            segments: list[Segment] = []
+            for piece, ack in deframer.feed(data):
+                segments += stream.receive(piece)
+                if ack is not None:
+                    to_ack.send_nowait(((stream.file or "", stream.position), ack))
+            return segments
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._acknowledge, conn, acks)
+            await self._receive_and_store(conn, receive)
+
+    async def _acknowledge(self, conn: _Connection, acks: trio.MemoryReceiveChannel) -> None:
+        async for stored_end, ack in acks:
+            while not self.relay_log.committed_past(*stored_end):
+                await self.relay_log.wait_for_commit(self.relay_log.committed)
+            await conn.stream.send_all(build_ack(ack))
+            self.status.semi_sync_acks += 1
+
+    async def _receive_and_store(self, conn: _Connection, receive_segments: Callable[[bytes], list[Segment]]) -> None:
         silence_limit = 2 * self.settings.heartbeat_period
         receive = conn.stream.receive_some
         relay_log = self.relay_log
@@ -432,7 +481,7 @@ class Upstream:
                 raise ConnectionError("the primary closed the connection")
             self.status.bytes_received += len(data)
             try:
-                segments = stream.receive(data)
+                segments = receive_segments(data)
             except ServerError as exc:
                 if exc.code == ER_MASTER_FATAL_ERROR_READING_BINLOG:
                     raise FatalIngestError(f"the primary refused the binlog dump: {exc.message}") from exc

@@ -358,6 +358,15 @@ class RelayLog:
 
     # ------------------------------------------------------------ readers
 
+    def committed_past(self, file: str, position: int) -> bool:
+        """The committed end is at or beyond ``position`` of ``file``."""
+        if self.committed is None:
+            return False
+        name, end = self.committed
+        if name == file:
+            return end >= position
+        return file in self.files and self.files.index(file) < self.files.index(name)
+
     async def wait_for_commit(self, seen: tuple[str, int] | None) -> tuple[str, int] | None:
         """Return once the committed end differs from ``seen``."""
         while self.committed == seen:

@@ -45,9 +45,11 @@ class RelayProcess:
         self.config_path = work_dir / "relay.yaml"
         self.log_path = work_dir / "relay.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0  # where this run's lines begin in log_path (a restart appends)
 
     def start(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.config_path.write_text(yaml.safe_dump(self.config))
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -64,8 +66,10 @@ class RelayProcess:
         return int(self.config["listen"]["port"])
 
     def wait_listening(self, timeout: float = 30.0) -> None:
-        wait_for(lambda: "listening for replicas" in self.log_text() or not self.alive(), timeout,
-                 "relay did not start listening")
+        """Until this run (not an earlier one in the same log) listens for replicas."""
+        def listening() -> bool:
+            return "listening for replicas" in self.log_text()[self._log_start:]
+        wait_for(lambda: listening() or not self.alive(), timeout, "relay did not start listening")
         assert self.alive(), self.log_text()[-3000:]
 
     @property
