@@ -94,6 +94,14 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                                 "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "binlog-relay"}}},
         }]}},
     },
+    # Candidate primaries for failover, semi-sync, the retention grace for replicas away.
+    "failover": {
+        "config": {
+            "upstream": {"host": "", "hosts": [{"host": "db-0.db", "port": 3306}, {"host": "db-1.db"}],
+                         "semi_sync": True},
+            "storage": {"retention": {"replica_grace": "2h"}},
+        },
+    },
     # TLS for replicas (required), retention, chart-created Secret with both kinds of users,
     # custom resources and storage.
     "tls-retention": {
@@ -530,7 +538,12 @@ def test_pod_config_passes_the_relays_check(rendered: Rendered, tmp_path: Path) 
         assert config.metrics.enabled
         # Values arrive unchanged.
         upstream = values_config["upstream"]
-        assert config.upstream.host == upstream["host"]
+        if upstream.get("hosts"):
+            assert [(h.host, h.port) for h in config.upstream.hosts] == [
+                (h["host"], h.get("port", 3306)) for h in upstream["hosts"]]
+            assert config.upstream.host is None
+        else:
+            assert config.upstream.host == upstream["host"]
         assert config.upstream.port == upstream.get("port", 3306)
         assert list(config.upstream.ignore_server_ids) == upstream.get("ignore_server_ids", [])
         assert config.upstream.ssl.mode == upstream.get("ssl", {}).get("mode", "disabled")
@@ -579,6 +592,8 @@ def test_rendered_config_parses_in_process(rendered: Rendered) -> None:
         assert config.storage.retention.min_files == retention["min_files"]
     else:
         assert config.storage.retention.max_size is None
+    assert config.storage.retention.replica_grace == (7200 if "replica_grace" in retention else 3600)
+    assert config.upstream.semi_sync == rendered.values["config"]["upstream"].get("semi_sync", False)
 
 
 # ------------------------------------------------------------------ values.schema.json vs the relay
@@ -589,6 +604,8 @@ def schema_paths(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, 
         path = f"{prefix}.{key}" if prefix else key
         yield path, child
         yield from schema_paths(child, path)
+        if child.get("type") == "array" and isinstance(child.get("items"), dict):
+            yield from schema_paths(child["items"], path + "[]")  # a list of sections: users[].name
 
 
 def test_values_schema_knows_every_relay_key() -> None:
@@ -634,6 +651,7 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"config": {"upstream": {"ssl": {"mode": "verify_ca"}}}}, "tls.upstream.secretName"),
     ({"config": {"metrics": {"enabled": False}}}, "metrics.enabled must stay true"),
     ({"config": {"listen": {"port": 0}}}, "listen.port must not be 0"),
+    ({"config": {"upstream": {"hosts": [{"host": "db-1"}]}}}, "give host (one primary) or hosts"),
 ])
 def test_chart_refuses(helm: str, tmp_path_factory: pytest.TempPathFactory, values: dict[str, Any],
                        message: str) -> None:

@@ -78,8 +78,11 @@ Checks that values.schema.json cannot express; each fails the render with a mess
 */}}
 {{- define "binlog-relay.validate" -}}
 {{- $c := .Values.config }}
-{{- if not (dig "upstream" "host" "" $c) }}
-{{- fail "config.upstream.host is required: the primary to replicate from" }}
+{{- if not (or (dig "upstream" "host" "" $c) (dig "upstream" "hosts" (list) $c)) }}
+{{- fail "config.upstream.host is required: the primary to replicate from (or config.upstream.hosts, the candidate primaries)" }}
+{{- end }}
+{{- if and (dig "upstream" "host" "" $c) (dig "upstream" "hosts" (list) $c) }}
+{{- fail "config.upstream: give host (one primary) or hosts (candidate primaries), not both" }}
 {{- end }}
 {{- if not (dig "metrics" "enabled" true $c) }}
 {{- fail "config.metrics.enabled must stay true: the probes use /healthz and /readyz on the metrics port" }}
@@ -132,6 +135,9 @@ manages (data_dir, TLS file paths). The init container prepends server_id and ap
 {{- $c := deepCopy .Values.config }}
 {{- $_ := unset $c "server_id" }}
 {{- $_ := set $c "data_dir" .Values.persistence.mountPath }}
+{{- if dig "upstream" "hosts" (list) $c }}
+{{- $_ := unset $c.upstream "host" }}
+{{- end }}
 {{- if .Values.tls.listen.secretName }}
 {{- $listen := default dict $c.listen }}
 {{- $ssl := default dict $listen.ssl }}
