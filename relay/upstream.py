@@ -41,7 +41,9 @@ from .storage.relaylog import RelayLog
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 20
-DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: keep ANNOTATE_ROWS so stored files stay identical
+# MariaDB reads flag 0x02 as "send ANNOTATE_ROWS" (kept, so stored files stay identical); MySQL
+# (rpl_binlog_sender.cc) as USE_HEARTBEAT_EVENT_V2: a MySQL primary gets no flag.
+DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
 MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (PROTOCOL.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
@@ -315,8 +317,8 @@ class Upstream:
         stream = DumpStream(resume, checksum_alg)
         conn.protocol.register_slave(self.settings.relay_server_id)
         await conn.command()
-        conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id,
-                                  DUMP_FLAG_SEND_ANNOTATE_ROWS)
+        flags = DUMP_FLAG_SEND_ANNOTATE_ROWS if conn.protocol.greeting.is_mariadb else 0  # type: ignore[union-attr]
+        conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id, flags)
         await conn.flush()
         log.info("upstream: dumping from %s:%d", file, resume.request_position)
         return stream

@@ -202,6 +202,40 @@ def build_gtid_list(server_id: int, gtids: list[tuple[int, int, int]], log_pos: 
     return with_checksum(event) if with_crc else event
 
 
+def parse_heartbeat(event: bytes | memoryview, checksum_alg: int) -> tuple[str, int]:
+    """(file, position) of a HEARTBEAT_LOG_EVENT (the name in the body, the position in log_pos)
+    or of MySQL 8.0.26+'s HEARTBEAT_LOG_EVENT_V2, whose body holds both as fields (type, length,
+    value: length-encoded integers; the position a length-encoded integer too; type 0 ends them),
+    the position 64-bit."""
+    end = len(event) - (CRC_LEN if checksum_alg == CHECKSUM_CRC32 else 0)
+    if event[4] == HEARTBEAT_LOG_EVENT:
+        return bytes(event[HEADER_LEN:end]).decode("utf-8", "replace"), HEADER.unpack_from(event)[4]
+    name, position, pos = "", 0, HEADER_LEN
+    while pos < end:
+        field, pos = _lenenc(event, pos)
+        if field == 0:
+            break
+        length, pos = _lenenc(event, pos)
+        if pos + length > end:
+            raise BinlogFormatError(f"heartbeat v2 field {field} of {length} bytes runs past the event")
+        if field == 1:
+            name = bytes(event[pos:pos + length]).decode("utf-8", "replace")
+        elif field == 2:
+            position, _ = _lenenc(event, pos)
+        pos += length
+    return name, position
+
+
+def _lenenc(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    first = data[pos]
+    if first < 0xFB:
+        return first, pos + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+    if size is None:
+        raise BinlogFormatError(f"bad length-encoded integer 0x{first:02x}")
+    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
 QUERY_POST_HEADER_LEN = 13
 
 

@@ -35,6 +35,7 @@ _PACKET_AND_HEADER = struct.Struct("<IBIB4xIIH")  # server_id skipped: not neede
 _U32 = 0xFFFFFFFF
 _CRC_RESIDUE = 0x2144DF1C  # zlib.crc32(data + crc32(data) as 4 LE bytes), for any data
 # Events the fast path leaves to the general one.
+_HEARTBEATS = frozenset({ev.HEARTBEAT_LOG_EVENT, ev.HEARTBEAT_LOG_EVENT_V2})  # never stored
 _SPECIAL = frozenset({ev.FORMAT_DESCRIPTION_EVENT, ev.ROTATE_EVENT, ev.HEARTBEAT_LOG_EVENT,
                       ev.HEARTBEAT_LOG_EVENT_V2})
 # Events that never change the group state while a group is open (the bulk of every binlog).
@@ -290,7 +291,7 @@ class DumpStream:
         checked = self.checksum_alg if etype != ev.FORMAT_DESCRIPTION_EVENT else event[-5]
         if checked == ev.CHECKSUM_CRC32 and zlib.crc32(event) != _CRC_RESIDUE:
             self._bad_checksum(event, etype, log_pos)
-        if log_pos == 0 or flags & ev.LOG_EVENT_ARTIFICIAL_F or etype == ev.HEARTBEAT_LOG_EVENT:
+        if log_pos == 0 or flags & ev.LOG_EVENT_ARTIFICIAL_F or etype in _HEARTBEATS:
             self._artificial(etype, event, log_pos)
             return current
         start = (log_pos - length) & _U32
@@ -352,10 +353,8 @@ class DumpStream:
         elif etype == ev.FORMAT_DESCRIPTION_EVENT:
             self.checksum_alg = event[-5]  # re-sent FDE of a dump that starts past offset 4
             self._check_origin(event)
-        elif etype == ev.HEARTBEAT_LOG_EVENT:
-            end = len(event) - (4 if self.checksum_alg == ev.CHECKSUM_CRC32 else 0)
-            name = bytes(event[ev.HEADER_LEN:end]).decode("utf-8", "replace")
-            self.primary_position = (name, log_pos)
+        elif etype in _HEARTBEATS:
+            self.primary_position = ev.parse_heartbeat(event, self.checksum_alg)
 
     def _check_origin(self, event: memoryview) -> None:
         """A stored history is the history of the server that wrote it, whichever server (the

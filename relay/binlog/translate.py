@@ -96,9 +96,8 @@ class TranslatingStream:
         if crc and not ev.checksum_matches(event):
             raise StreamError(f"event {ev.event_name(etype)} from the primary failed its CRC32 check")
         artificial = header.log_pos == 0 or header.flags & ev.LOG_EVENT_ARTIFICIAL_F
-        if etype == ev.HEARTBEAT_LOG_EVENT:
-            name_end = len(event) - (ev.CRC_LEN if crc else 0)
-            self.primary_position = (event[ev.HEADER_LEN:name_end].decode("utf-8", "replace"), header.log_pos)
+        if etype in (ev.HEARTBEAT_LOG_EVENT, ev.HEARTBEAT_LOG_EVENT_V2):
+            self.primary_position = ev.parse_heartbeat(event, self.checksum_alg)
         elif etype == ev.FORMAT_DESCRIPTION_EVENT and (self._switch_state is not None or self._upstream_rotated):
             self._open_next_file(event, header, segments)
         elif etype == ev.ROTATE_EVENT:

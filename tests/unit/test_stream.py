@@ -353,3 +353,30 @@ def test_compiled_loop_agrees_on_damaged_streams(flips, step):
     compiled = _outcome_or_error(bytes(raw), step)
     with python_loop(stream_module, "_compiled_scan"):
         assert compiled == _outcome_or_error(bytes(raw), step)
+
+
+def _heartbeat_v2(name: str, position: int) -> bytes:
+    """HEARTBEAT_LOG_EVENT_V2 as MySQL 8.0.26+ writes it (libbinlogevents Heartbeat codec: fields
+    of a length-encoded type and length, the position a length-encoded integer, 0 ends them)."""
+    encoded_position = b"\xfe" + position.to_bytes(8, "little")
+    body = bytes([1, len(name)]) + name.encode() + bytes([2, len(encoded_position)]) + encoded_position + b"\x00"
+    header = struct.pack("<IBIIIH", 0, ev.HEARTBEAT_LOG_EVENT_V2, 7, ev.HEADER_LEN + len(body) + 4, 0,
+                         ev.LOG_EVENT_ARTIFICIAL_F)
+    return ev.with_checksum(header + body)
+
+
+def test_a_mysql_heartbeat_v2_is_read_not_stored(scan_loop):
+    packets = _dump_packets()[:-1]
+    beyond_4_gib = (5 << 32) + 123
+    heartbeat = b"\x00" + _heartbeat_v2("binlog.000042", beyond_4_gib)
+    middle = len(packets) // 2
+    payloads = [bytes(p) for p in packets[:middle]] + [heartbeat] + [bytes(p) for p in packets[middle:]]
+    data, seq = bytearray(), 1
+    for payload in payloads:
+        data += struct.pack("<I", len(payload) | (seq << 24)) + payload
+        seq = (seq + 1) & 0xFF
+    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    segments = stream.receive(bytes(data))
+    stored = ev.BINLOG_MAGIC + b"".join(bytes(c) for s in segments for c in s.chunks)
+    assert stored == _clear_in_use(BINLOG)
+    assert stream.primary_position == ("binlog.000042", beyond_4_gib)
