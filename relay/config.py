@@ -588,9 +588,11 @@ def _check_listen_ssl(raw: Mapping, values: dict, report: _Report) -> None:
 
 def _check_upstream(raw: Mapping, values: dict, report: _Report) -> None:
     has_host, has_hosts = raw.get("host") is not None, bool(raw.get("hosts"))
-    if has_host == has_hosts:
-        report("", "give host (one primary) or hosts (candidate primaries), not both" if has_host
-               else "give host, or hosts for several candidate primaries")
+    if has_host and has_hosts:
+        report("hosts", "give host (one primary) or hosts (candidate primaries), not both")
+        values["host"] = _INVALID
+    elif not has_host and not has_hosts:
+        report("host", "required key is missing (or give hosts, the candidate primaries)")
         values["host"] = _INVALID
     if raw.get("password") is not None and raw.get("password_file") is not None:
         report("", "give either password or password_file, not both")

@@ -333,12 +333,15 @@ class Upstream:
         connect_state = format_gtid_position(state.most_recent())
         file, end = relay_log.committed
         own_from = relay_log.state.own_files_from
-        # (a crash may have left the switch half done: the first own file not created yet, or empty)
-        switching = own_from is None or own_from not in relay_log.files or end == 4
-        if own_from is None:
-            relay_log.begin_own_coordinates(file if end == 4 else next_file_name(file))
         last_event = relay_log.resume_point().last_event
         ends_with_rotate = last_event is not None and last_event[4] == ev.ROTATE_EVENT
+        # The primary's events go to a file the relay opens (its FDE and a GTID_LIST of the relay's
+        # state first) unless the current file is already one of the relay's own and open. A crash
+        # may leave a switch or a rotation half done: the first own file not created yet, or
+        # empty, or the current file closed by its ROTATE and the next one not created.
+        switching = own_from is None or own_from not in relay_log.files or end == 4 or ends_with_rotate
+        if own_from is None:
+            relay_log.begin_own_coordinates(file if end == 4 else next_file_name(file))
         await conn.query(f"SET @slave_connect_state = '{connect_state}'")
         await conn.query("SET @slave_gtid_strict_mode = 1")
         conn.protocol.register_slave(self.settings.relay_server_id)
@@ -346,7 +349,7 @@ class Upstream:
         conn.protocol.binlog_dump("", 4, self.settings.relay_server_id, DUMP_FLAG_SEND_ANNOTATE_ROWS)
         await conn.flush()
         log.info("upstream: following server_id %d by GTID from %s%s", facts.server_id, connect_state,
-                 " (another primary: the relay's own files from here on)" if switching else "")
+                 " into a new file of the relay's own" if switching else "")
         return TranslatingStream(file, end, checksum_alg, state if switching else None, ends_with_rotate)
 
     async def _prepare(self, conn: _Connection) -> int:

@@ -80,11 +80,14 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
     primary.kill()
     _promote(standby)
     with WriteLoad(standby) as after:
-        if crash:  # as soon as the relay begins its own files, while writes go on
-            wait_for(lambda: "the relay's own files from here on" in relay.log_text(), 60, "no switch began")
-            relay.kill9()
-            relay.start()
-            relay.wait_listening()
+        if crash:  # as soon as the relay begins its own files, and twice more as they grow
+            wait_for(lambda: "into a new file of the relay's own" in relay.log_text(), 60, "no switch began")
+            for _ in range(3):
+                stored = _stored_bytes(relay)
+                wait_for(lambda: _stored_bytes(relay) > stored, 60, "the relay stored nothing more")
+                relay.kill9()
+                relay.start()
+                relay.wait_listening()
         wait_for(lambda: after.commits >= 300, 60, "no writes on the promoted standby")
     wait_for(lambda: "switching from" in relay.log_text(), 60, "the relay did not switch to the standby")
     _wait_applied(by_gtid, standby, "the GTID replica of the relay")
@@ -107,6 +110,11 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
     assert dump.returncode == 0, dump.stderr
     assert f"GTID 0-2-{_gtid_binlog_pos(standby).rsplit('-', 1)[1]}" in dump.stdout
     assert "refusing to mix" not in relay.log_text() and relay.alive()
+
+
+def _stored_bytes(relay) -> int:
+    return sum((relay.data_dir / name).stat().st_size for name in relay.stored_files()
+               if (relay.data_dir / name).exists())
 
 
 def _stored_sizes(relay) -> list[tuple[str, int]]:

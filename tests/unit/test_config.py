@@ -652,8 +652,8 @@ def test_candidate_hosts_instead_of_one_host():
     config = parse_config(data, {})
     assert [(h.host, h.port) for h in config.upstream.hosts] == [("db1", 3306), ("db2", 3307)]
     assert errors_of(with_(data, "upstream.host", "db0")) == [
-        "upstream: give host (one primary) or hosts (candidate primaries), not both"]
+        "upstream.hosts: give host (one primary) or hosts (candidate primaries), not both"]
     del data["upstream"]["hosts"]
-    assert errors_of(data) == ["upstream: give host, or hosts for several candidate primaries"]
+    assert errors_of(data) == ["upstream.host: required key is missing (or give hosts, the candidate primaries)"]
     assert errors_of(with_(data, "upstream.hosts", [{"port": 3306}])) == [
         "upstream.hosts[0].host: required key is missing"]
