@@ -226,6 +226,24 @@ def parse_heartbeat(event: bytes | memoryview, checksum_alg: int) -> tuple[str, 
     return name, position
 
 
+def heartbeat_v2_body(name: bytes, position: int) -> bytes:
+    """The fields of a HEARTBEAT_LOG_EVENT_V2: the file name, the position (a length-encoded
+    integer, 8 bytes), the end mark."""
+    encoded_position = b"\xfe" + struct.pack("<Q", position)
+    return (bytes([1]) + _lenenc_bytes(len(name)) + name + bytes([2, len(encoded_position)]) + encoded_position
+            + b"\x00")
+
+
+def _lenenc_bytes(value: int) -> bytes:
+    if value < 0xFB:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + struct.pack("<H", value)
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + struct.pack("<Q", value)
+
+
 def _lenenc(data: bytes | memoryview, pos: int) -> tuple[int, int]:
     first = data[pos]
     if first < 0xFB:

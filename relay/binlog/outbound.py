@@ -15,6 +15,7 @@ from . import events as ev
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
 from .gtidstart import GtidStart, GtidStartError
+from .mysqlgtid import ExcludedGroups
 
 try:
     from ._scan import frame as _compiled_frame
@@ -43,6 +44,7 @@ class DumpOptions:
     ignore_server_ids: frozenset[int] = frozenset()
     send_annotate_rows: bool = True
     replica_capability: int = CAPABILITY_GTID  # @mariadb_slave_capability: below 4, events are rewritten
+    heartbeat_v2: bool = False  # a MySQL replica's dump flag USE_HEARTBEAT_EVENT_V2
 
 
 @dataclass
@@ -53,6 +55,9 @@ class OutboundStream:
     checksum_alg: int = ev.CHECKSUM_OFF  # of the current file, from its FDE
     skipped: dict[str, int] = field(default_factory=dict)  # groups not sent, by reason
     gtid_start: GtidStart | None = None  # a MariaDB GTID dump until its start is met in every domain
+    excluded: ExcludedGroups | None = None  # a MySQL GTID dump: the replica's GTIDs, for its whole life
+    clear_first_created: bool = False  # zero 'created' in the first FDE (its first group is left out)
+    _skipped_to: int = 0  # end of the last event left out and not yet covered by a heartbeat
     _skipping: str | None = None
     _groups: GroupTracker = field(default_factory=GroupTracker)
 
@@ -70,7 +75,8 @@ class OutboundStream:
         resumed = first and position > 4
         # A GTID replica that has not reached its start may hold temporary tables of later groups,
         # which a non-zero 'created' would make it drop.
-        zero_created = resumed or (self.gtid_start is not None and not self.gtid_start.reached)
+        zero_created = resumed or (self.gtid_start is not None and not self.gtid_start.reached) or (
+            first and self.clear_first_created)
         return [rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
 
     def sends_everything(self) -> bool:
@@ -82,6 +88,7 @@ class OutboundStream:
         own server_id, which it stops at."""
         options = self.options
         return (not options.ignore_server_ids and options.send_annotate_rows and self.gtid_start is None
+                and self.excluded is None
                 and options.replica_capability >= CAPABILITY_GTID and self._skipping is None)
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview | bytes]:
@@ -89,6 +96,8 @@ class OutboundStream:
         self.position = end
         if self.sends_everything():
             return events  # type: ignore[return-value]
+        if self.excluded is not None:
+            return self._filter_excluded(self.excluded, events, end)
         start = self.gtid_start
         if start is None:
             return [sent for sent in map(self._pass, events) if sent is not None]
@@ -112,6 +121,31 @@ class OutboundStream:
             raise DumpRefused(str(exc)) from None
         if start.done:
             self.gtid_start = None  # every domain's start is met: the fast path may take over
+        return out
+
+    def _filter_excluded(self, excluded: ExcludedGroups, events: list[memoryview], end: int
+                         ) -> list[memoryview | bytes]:
+        """A MySQL GTID dump: groups the replica has are left out, and a heartbeat at the end of
+        what was left out goes before the next event sent (and at the end of the run), so the
+        replica's position moves past them (Binlog_sender::send_events)."""
+        out: list[memoryview | bytes] = []
+        event_end = end - sum(map(len, events))
+        for event in events:
+            event_end += len(event)
+            if not excluded.accept(event):
+                self._skipped_to = event_end
+                if event[4] in (ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT):
+                    self._count(SKIP_ALREADY_APPLIED)
+                continue
+            sent = self._pass(event)
+            if sent is None:
+                continue
+            if self._skipped_to:
+                out.append(self.heartbeat(self._skipped_to))
+                self._skipped_to = 0
+            out.append(sent)
+        if excluded.excluding:
+            out.append(self.heartbeat(event_end))
         return out
 
     def _pass(self, event: memoryview) -> memoryview | bytes | None:
@@ -145,13 +179,19 @@ class OutboundStream:
     def _count(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
-    def heartbeat(self) -> bytes:
-        """HEARTBEAT_LOG_EVENT v1: log_pos = where the client's next event would start."""
-        body = self.file.encode("utf-8")
+    def heartbeat(self, position: int | None = None) -> bytes:
+        """A heartbeat saying where the client's next event would start (default: the position
+        reached): HEARTBEAT_LOG_EVENT, or the v2 event a MySQL 8.0.26+ replica asks for."""
+        position = self.position if position is None else position
+        name = self.file.encode("utf-8")
         with_crc = self.checksum_alg == ev.CHECKSUM_CRC32
+        if self.options.heartbeat_v2:
+            body = ev.heartbeat_v2_body(name, position)
+            etype, log_pos = ev.HEARTBEAT_LOG_EVENT_V2, 0
+        else:
+            body, etype, log_pos = name, ev.HEARTBEAT_LOG_EVENT, position & 0xFFFFFFFF
         length = ev.HEADER_LEN + len(body) + (ev.CRC_LEN if with_crc else 0)
-        event = ev.HEADER.pack(0, ev.HEARTBEAT_LOG_EVENT, self.options.relay_server_id, length,
-                               self.position & 0xFFFFFFFF, 0) + body
+        event = ev.HEADER.pack(0, etype, self.options.relay_server_id, length, log_pos, 0) + body
         return ev.with_checksum(event) if with_crc else event
 
 

@@ -15,6 +15,7 @@ import trio
 
 from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.gtidstart import GtidStart
+from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
 from ..protocol import server as proto
 from ..storage.gtidindex import GtidLookupError
@@ -25,8 +26,10 @@ from .registry import DumpState
 log = logging.getLogger(__name__)
 
 DUMP_FLAG_NON_BLOCK = 0x01
-DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
+DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB
+DUMP_FLAG_HEARTBEAT_V2 = 0x02  # MySQL
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+ER_MALFORMED_GTID_SET_ENCODING = 1773
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class DumpRequest:
     server_id: int
     registered_server_id: int | None  # of COM_REGISTER_SLAVE on this connection
     variables: dict[str, object]  # the user variables it set (@master_binlog_checksum, ...)
+    mysql_gtid_set: bytes | None = None  # COM_BINLOG_DUMP_GTID: the GTID set the replica has (encoded)
 
     def flag(self, name: str) -> bool:
         """A boolean user variable (@slave_gtid_strict_mode ...): set and not 0."""
@@ -72,7 +76,9 @@ class DumpRequest:
             checksum_declared="master_binlog_checksum" in variables or "source_binlog_checksum" in variables,
             first_rotate_crc=str(checksum).upper() == "CRC32",
             ignore_server_ids=ignore_server_ids,
-            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS),
+            # flag 0x02 is MariaDB's "send annotate rows" and MySQL's USE_HEARTBEAT_EVENT_V2
+            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS) or self.mysql_gtid_set is not None,
+            heartbeat_v2=self.mysql_gtid_set is not None and bool(self.flags & DUMP_FLAG_HEARTBEAT_V2),
             # @mariadb_slave_capability: 0 (nothing understood) when unset or not a number
             replica_capability=int(capability) if isinstance(capability, (int, float)) else 0)
 
@@ -97,9 +103,12 @@ class Dump:
         self.state = state
         self._block: memoryview | None = None  # read buffer of the fast path, reused
 
-    def plan(self) -> tuple[TailReader, GtidStart | None]:
-        """Where the dump starts: the requested file/position, or a MariaDB GTID start."""
+    def plan(self) -> tuple[TailReader, GtidStart | ExcludedGroups | None]:
+        """Where the dump starts: the requested file/position, a MariaDB GTID start, or the GTID
+        set of a MySQL replica (COM_BINLOG_DUMP_GTID)."""
         request, context = self.request, self.context
+        if request.mysql_gtid_set is not None:
+            return self._plan_mysql(request.mysql_gtid_set)
         connect_state = request.variables.get("slave_connect_state")
         if connect_state is None or not context.facts().is_mariadb:
             return TailReader(context.relay_log, request.file, request.position), None
@@ -112,6 +121,21 @@ class Dump:
         except GtidError as malformed:
             raise DumpError(str(malformed), malformed.code) from None
         return TailReader(context.relay_log, plan.file, 4), plan.start
+
+    def _plan_mysql(self, encoded: bytes) -> tuple[TailReader, ExcludedGroups]:
+        try:
+            replica_has = GtidSet.decode(encoded)
+        except MysqlGtidError as malformed:
+            raise DumpError(str(malformed), ER_MALFORMED_GTID_SET_ENCODING) from None
+        index = self.context.mysql_gtid_index
+        if self.request.file:
+            reader = TailReader(self.context.relay_log, self.request.file, self.request.position)
+        else:
+            try:
+                reader = TailReader(self.context.relay_log, index.plan_dump(replica_has), 4)
+            except GtidLookupError as refusal:
+                raise DumpError(str(refusal)) from None
+        return reader, ExcludedGroups(replica_has)
 
     async def run(self, reader: TailReader, outbound: OutboundStream) -> None:
         relay_log = self.context.relay_log
@@ -198,6 +222,14 @@ class Dump:
         await self.flush()
 
 
+def _describe_start(request: DumpRequest, start: GtidStart | ExcludedGroups | None) -> str:
+    if isinstance(start, ExcludedGroups):
+        return f" (GTID set {str(start.replica_has).replace(chr(10), '') or 'empty'})"
+    if isinstance(start, GtidStart):
+        return f" (GTID position {request.variables.get('slave_connect_state')})"
+    return ""
+
+
 def same_id_message(server_id: int) -> str:
     return (f"A slave with the same server_id {server_id} as this binlog relay has connected; give the replica "
             "a server_id different from the relay's")
@@ -213,15 +245,21 @@ async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection
     try:
         if request.server_id == context.relay_server_id:
             raise DumpError(same_id_message(request.server_id))
-        reader, gtid_start = dump.plan()
+        reader, start = dump.plan()
         conn.semi_sync = request.semi_sync
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d%s", peer, request.server_id,
                  reader.file or "(first)", reader.position,
-                 f" (GTID position {request.variables.get('slave_connect_state')})" if gtid_start else "")
+                 _describe_start(request, start))
         with state.cancel_scope:
             options = request.options(context.relay_server_id, context.ignore_server_ids)
-            await dump.run(reader, OutboundStream(options, skipped=registry.groups_filtered, gtid_start=gtid_start))
+            outbound = OutboundStream(options, skipped=registry.groups_filtered)
+            if isinstance(start, GtidStart):
+                outbound.gtid_start = start
+            elif isinstance(start, ExcludedGroups):
+                outbound.excluded = start
+                outbound.clear_first_created = bool(start.replica_has)
+            await dump.run(reader, outbound)
         if state.cancel_scope.cancelled_caught:
             log.info("downstream %s: dump of server_id %d ended: the same server_id connected again",
                      peer, request.server_id)

@@ -15,7 +15,7 @@ from ..config import Config
 from ..protocol import server as proto
 from ..protocol.packets import build_err, frame
 from ..binlog.gtid import format_gtid_position
-from ..storage.gtidindex import GtidIndex
+from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from ..storage.retention import RetentionKeeper
 from ..upstream import UpstreamStatus
@@ -56,13 +56,14 @@ class Downstream:
         connection_ids = itertools.count(1)
         admins = {user.name for user in config.users if user.admin}
         self.gtid_index = GtidIndex(relay_log)
+        self.mysql_gtid_index = MysqlGtidIndex(relay_log)
         self.context = SessionContext(
             relay_log=relay_log, registry=registry, relay_server_id=config.server_id,
             ignore_server_ids=frozenset(config.upstream.ignore_server_ids),
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
-            gtid_index=self.gtid_index, purge=PurgeHandler(retention, lambda name: name in admins))
+            gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index, purge=PurgeHandler(retention, lambda name: name in admins))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def facts(self) -> queries.ServerFacts:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from ..protocol import server as proto
-from ..storage.gtidindex import GtidIndex
+from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from . import queries
 from .dump import ER_MASTER_FATAL_ERROR_READING_BINLOG, DumpRequest, same_id_message, serve_dump
@@ -41,6 +41,7 @@ class SessionContext:
     tls_required: bool
     next_connection_id: Callable[[], int]
     gtid_index: GtidIndex
+    mysql_gtid_index: MysqlGtidIndex
     purge: PurgeHandler
 
 
@@ -113,14 +114,13 @@ class _Session:
                 self.conn.send_ok()
             elif isinstance(event, proto.RegisterSlave):
                 self._register(event)
-            elif isinstance(event, proto.BinlogDump):
+            elif isinstance(event, proto.BinlogDump) or (
+                    isinstance(event, proto.BinlogDumpGtid) and not self.context.facts().is_mariadb):
+                gtid_set = event.gtid_data if isinstance(event, proto.BinlogDumpGtid) else None
                 request = DumpRequest(event.file, event.position, event.flags, event.server_id,
-                                      self.registered_server_id, dict(self.variables.values))
+                                      self.registered_server_id, dict(self.variables.values), gtid_set)
                 await serve_dump(self.context, request, self.conn, self.flush, self.peer)
                 return
-            elif isinstance(event, proto.BinlogDumpGtid):
-                self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG,
-                                     "COM_BINLOG_DUMP_GTID needs a MySQL-flavored upstream")
             else:
                 self.context.registry.protocol_error("unknown_command")
                 self.conn.send_error(proto.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..binlog import events as ev
-from ..binlog.gtid import BinlogState, Gtid, format_gtid_position, parse_gtid_position, start_missing_message
+from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
+from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from .relaylog import RelayLog
 from .scan import iter_events
 
@@ -151,4 +152,100 @@ def _contains_all(requested: dict[int, Gtid], listed: list[Gtid]) -> bool:
     return True
 
 
-__all__ = ["GtidDumpPlan", "GtidIndex", "GtidLookupError", "format_gtid_position", "parse_gtid_position"]
+
+
+# ------------------------------------------------------------------ MySQL
+
+ER_SOURCE_HAS_PURGED_REQUIRED_GTIDS = (
+    "Cannot replicate because the source purged required binary logs. Replicate the missing transactions from "
+    "elsewhere, or provision a new replica from backup. Consider increasing the source's binary log expiration "
+    "period. The GTID set sent by the replica is '{sent}', and the missing transactions are '{missing}'.")
+ER_REPLICA_HAS_MORE_GTIDS_THAN_SOURCE = (
+    "Cannot replicate because the source has not committed some transactions the replica has: the replica has "
+    "more GTIDs than the source has, using the source's SERVER_UUID. This may indicate that the end of the "
+    "binary log was truncated or that the last binary log file was lost, e.g., after a power or disk failure "
+    "when sync_binlog != 1. The source may or may not have rolled back transactions that were already "
+    "replicated to the replica. Suggest to replicate any transactions that source has rolled back from "
+    "replica to source, and/or commit empty transactions on source to account for transactions that have "
+    "been committed on source but are not included in GTID_EXECUTED.")
+
+
+class MysqlGtidIndex:
+    """A MySQL-flavoured history's GTIDs: each stored file's PREVIOUS_GTIDS (every GTID before the
+    file), and the set at the committed end (gtid_executed)."""
+
+    def __init__(self, relay_log: RelayLog) -> None:
+        self.relay_log = relay_log
+        self._previous: dict[str, GtidSet] = {}
+        self._tail: tuple[str, int, GtidSet, MysqlGtid | None] | None = None  # file, scanned, set, last GTID
+
+    def previous(self, name: str) -> GtidSet | None:
+        """The PREVIOUS_GTIDS of ``name`` (empty for a file without one); None while not stored yet."""
+        if name not in self._previous:
+            with open(self.relay_log.path(name), "rb") as stored:
+                events = [event for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 20))]
+            if len(events) < 2:
+                return None
+            alg = ev.parse_format_description(events[0]).checksum_alg
+            found = next((e for e in events[1:3] if e[4] == ev.PREVIOUS_GTIDS_LOG_EVENT), None)
+            self._previous[name] = previous_gtids(found, alg) if found is not None else GtidSet()
+        return self._previous[name].copy()
+
+    def purged(self) -> GtidSet:
+        """gtid_purged: what the oldest stored file's PREVIOUS_GTIDS says came before it."""
+        files = self.relay_log.files
+        return (self.previous(files[0]) if files else None) or GtidSet()
+
+    def executed(self) -> GtidSet:
+        """gtid_executed: everything up to the committed end."""
+        self._scan_tail()
+        return self._tail[2].copy() if self._tail else GtidSet()
+
+    def newest_source(self) -> MysqlGtid | None:
+        """The last GTID stored: its UUID stands for the source's server_uuid."""
+        self._scan_tail()
+        return self._tail[3] if self._tail else None
+
+    def _scan_tail(self) -> None:
+        committed = self.relay_log.committed
+        if committed is None:
+            return
+        name, end = committed
+        if self._tail is None or self._tail[0] != name:
+            start = self.previous(name)
+            if start is None:
+                return
+            last = self._tail[3] if self._tail else None
+            self._tail = (name, 4, start, last)
+        _, scanned, state, last = self._tail
+        offset = scanned
+        with open(self.relay_log.path(name), "rb") as stored:
+            for offset, event in iter_events(stored, scanned, end):
+                gtid = gtid_of_event(event)
+                if gtid is not None:
+                    state.add(gtid)
+                    last = gtid
+                offset += len(event)
+        self._tail = (name, max(offset, scanned), state, last)
+
+    def plan_dump(self, replica_has: GtidSet) -> str:
+        """COM_BINLOG_DUMP_GTID (rpl_binlog_sender.cc, find_first_log_not_in_gtid_set): refuse a
+        replica that lacks purged transactions or has the source's transactions the history does
+        not; else the newest file whose PREVIOUS_GTIDS the replica has entirely."""
+        missing = self.purged().minus(replica_has)
+        if missing:
+            raise GtidLookupError(ER_SOURCE_HAS_PURGED_REQUIRED_GTIDS.format(
+                sent=_one_line(replica_has), missing=_one_line(missing)))
+        source = self.newest_source()
+        if source is not None and replica_has.only(source.tsid.uuid).minus(self.executed()):
+            raise GtidLookupError(ER_REPLICA_HAS_MORE_GTIDS_THAN_SOURCE)
+        for name in reversed(self.relay_log.files):
+            before = self.previous(name)
+            if before is not None and before.issubset(replica_has):
+                return name
+        raise GtidLookupError(ER_SOURCE_HAS_PURGED_REQUIRED_GTIDS.format(
+            sent=_one_line(replica_has), missing=_one_line(self.purged())))
+
+
+def _one_line(gtids: GtidSet) -> str:
+    return str(gtids).replace("\n", "")

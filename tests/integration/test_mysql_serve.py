@@ -1,0 +1,89 @@
+"""A MySQL-flavoured history served to MySQL's own client library: python-mysql-replication in
+MySQL mode with auto_position sends COM_BINLOG_DUMP_GTID with the GTID set it has, and must get
+only the transactions outside it, or MySQL's refusals.  No MySQL server can run here: the history
+is a binlog file a MySQL 8.0.26 server wrote (tests/fixtures/mysql), and the client's own GTID
+parser checks what the relay sends."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pymysql
+import pytest
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent
+
+from relay.binlog import events as ev
+from tests.support.binlogs import file_events
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, free_port
+from tests.support.relay import RelayProcess, relay_config
+
+MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
+SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transactions: SOURCE:1-5
+
+
+def _serve(tmp_path: Path, fixture: str) -> RelayProcess:
+    """A relay whose data_dir holds one MySQL-written file (its upstream unreachable)."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(MYSQL / fixture, data_dir / fixture)
+    (data_dir / "binlog.index").write_text(f"./{fixture}\n")
+    fde = ev.parse_format_description(file_events((MYSQL / fixture).read_bytes())[0][1])
+    (data_dir / "relay-state.json").write_text(json.dumps({
+        "version": 1, "upstream_server_id": int.from_bytes(file_events((MYSQL / fixture).read_bytes())[0][1][5:9],
+                                                           "little"),
+        "upstream_version": fde.server_version, "checkpoint": None}))
+    relay = RelayProcess(tmp_path, relay_config(data_dir, free_port()))
+    relay.start()
+    relay.wait_listening()
+    return relay
+
+
+def _gtids_read(relay: RelayProcess, auto_position: str) -> list[str]:
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": relay.port, "user": REPL_USER, "password": REPL_PASSWORD},
+        server_id=77, auto_position=auto_position, blocking=False, only_events=[GtidEvent])
+    try:
+        return [event.gtid for event in reader]
+    finally:
+        reader.close()
+
+
+def test_only_the_transactions_outside_the_replicas_set_are_sent(tmp_path):
+    relay = _serve(tmp_path, "binlog-invisible-columns.000001")
+    try:
+        assert _gtids_read(relay, f"{SOURCE}:1-2") == [f"{SOURCE}:{n}" for n in (3, 4, 5)]
+        assert _gtids_read(relay, f"{SOURCE}:1:3:5") == [f"{SOURCE}:{n}" for n in (2, 4)]
+        other = "00000000-0000-0000-0000-000000000001:1-7"  # another source's: nothing of ours
+        assert _gtids_read(relay, other) == [f"{SOURCE}:{n}" for n in range(1, 6)]
+        assert _gtids_read(relay, f"{SOURCE}:1-5") == []
+    finally:
+        assert relay.stop() == 0
+
+
+def test_a_replica_with_more_of_the_sources_gtids_is_refused(tmp_path):
+    relay = _serve(tmp_path, "binlog-invisible-columns.000001")
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            _gtids_read(relay, f"{SOURCE}:1-9")
+        assert refused.value.args[0] == 1236
+        assert "more GTIDs than the source" in refused.value.args[1]
+        assert _gtids_read(relay, f"{SOURCE}:1-2") == [f"{SOURCE}:{n}" for n in (3, 4, 5)]  # still serving
+    finally:
+        assert relay.stop() == 0
+
+
+def test_a_replica_lacking_purged_transactions_is_refused(tmp_path):
+    relay = _serve(tmp_path, "binlog_transaction_previous_GTID_no_tag.000001")  # PREVIOUS_GTIDS b9b88c66...:1-2
+    purged = "b9b88c66-0755-11f1-9899-4a9da94c4d71"
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            _gtids_read(relay, f"{purged}:1")
+        assert refused.value.args[0] == 1236
+        assert "the source purged required binary logs" in refused.value.args[1]
+        assert f"missing transactions are '{purged}:2'" in refused.value.args[1]
+        assert _gtids_read(relay, f"{purged}:1-2") == []
+    finally:
+        assert relay.stop() == 0
