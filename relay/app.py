@@ -33,6 +33,8 @@ def upstream_settings(config: Config) -> UpstreamSettings:
         port=first.port,
         candidates=candidates,
         semi_sync=upstream.semi_sync,
+        wait_for_replicas=config.semi_sync.wait_for_replicas,
+        replica_timeout=config.semi_sync.replica_timeout,
         user=upstream.user,
         password=upstream.password.reveal() if upstream.password is not None else "",
         relay_server_id=config.server_id,
@@ -60,8 +62,8 @@ class Relay:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.relay_log = open_relay_log(config)
-        self.upstream = Upstream(upstream_settings(config), self.relay_log)
         self.registry = Registry()
+        self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
         self.replica_book.load()

@@ -529,6 +529,14 @@ class StorageConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SemiSyncConfig:
+    wait_for_replicas: int = _opt(_Int(0), "With upstream.semi_sync: acknowledge a transaction to the primary only "
+                                  "once this many semi-sync replicas of the relay acknowledged it too.", 0)
+    replica_timeout: float = _opt(_Seconds(), "Longest wait for those replicas; past it the relay acknowledges "
+                                  "alone until they catch up (as a primary falls back to async).", 10.0)
+
+
+@dataclass(frozen=True, kw_only=True)
 class LoggingConfig:
     level: str = _opt(_Choice("DEBUG", "INFO", "WARNING", "ERROR", ignore_case=True), "Log level.", "INFO")
     format: str = _opt(_Choice("text", "json"), "text for people, json for log shippers.", "text")
@@ -543,6 +551,7 @@ class Config:
     users: tuple[UserConfig, ...] = _opt(_SectionList(UserConfig), "Who may replicate from the relay.", ())
     metrics: MetricsConfig = _section(MetricsConfig, "Prometheus metrics endpoint.")
     storage: StorageConfig = _section(StorageConfig, "Binlog storage.")
+    semi_sync: SemiSyncConfig = _section(SemiSyncConfig, "The semi-sync chain through the relay.")
     logging: LoggingConfig = _section(LoggingConfig, "Logging.")
 
 
@@ -638,7 +647,10 @@ def _check_config(raw: Mapping, values: dict, report: _Report) -> None:
     server_id, upstream, users = values["server_id"], values["upstream"], values["users"]
     if _valid(server_id, upstream) and server_id in upstream.ignore_server_ids:
         report("upstream.ignore_server_ids", f"contains server_id {server_id}, the relay's own id")
-    storage = values.get("storage")
+    storage, semi_sync = values.get("storage"), values.get("semi_sync")
+    if _valid(upstream, semi_sync) and semi_sync.wait_for_replicas and not upstream.semi_sync:
+        report("semi_sync.wait_for_replicas", "needs upstream.semi_sync: true (the relay acknowledges to its "
+               "primary only as a semi-sync replica)")
     if _valid(upstream, storage) and upstream.semi_sync and storage.sync != "commit":
         report("upstream.semi_sync", f"needs storage.sync: commit (it is {storage.sync}): an acknowledged "
                "transaction must be on disk")

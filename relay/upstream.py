@@ -14,6 +14,7 @@ import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import trio
 
@@ -52,6 +53,14 @@ class FatalIngestError(Exception):
     """Ingest cannot go on without an operator (wrong primary, corrupt data, bad position)."""
 
 
+class ReplicaAcks(Protocol):
+    """What the relay's semi-sync replicas acknowledged (downstream.registry.Registry)."""
+
+    def acks_at_or_past(self, reached: Callable[[tuple[str, int]], bool]) -> int: ...
+
+    async def wait_for_ack(self) -> None: ...
+
+
 class NoCandidate(Exception):
     """No candidate primary can be followed now (unreachable or refused): tried again later."""
 
@@ -84,6 +93,8 @@ class UpstreamSettings:
     # upstream.hosts: the candidate primaries in order of preference (empty: host and port alone)
     candidates: tuple[Candidate, ...] = ()
     semi_sync: bool = False
+    wait_for_replicas: int = 0  # semi_sync.wait_for_replicas
+    replica_timeout: float = 10.0
 
     @property
     def all_candidates(self) -> tuple[Candidate, ...]:
@@ -107,6 +118,7 @@ class UpstreamStatus:
     current: Candidate | None = None  # the candidate replicated from (or last tried)
     semi_sync: bool = False  # the current dump is semi-sync: the primary waits for the relay's ACKs
     semi_sync_acks: int = 0
+    replica_ack_timeouts: int = 0  # ACKs sent without the replicas' after semi_sync.replica_timeout
     switches: int = 0  # times ingest moved to another candidate than the one before
     refusals: dict[str, int] = field(default_factory=dict)  # candidates refused, by reason
 
@@ -189,9 +201,12 @@ async def connect(settings: UpstreamSettings, candidate: Candidate | None = None
 class Upstream:
     """Keeps the relay log in step with the primary, reconnecting for ever."""
 
-    def __init__(self, settings: UpstreamSettings, relay_log: RelayLog) -> None:
+    def __init__(self, settings: UpstreamSettings, relay_log: RelayLog, replica_acks: ReplicaAcks | None = None) -> None:
         self.settings = settings
         self.relay_log = relay_log
+        self.replica_acks = replica_acks  # the relay's semi-sync replicas, for semi_sync.wait_for_replicas
+        # After the replicas missed replica_timeout: the last position acknowledged without them
+        self._acked_alone: tuple[str, int] | None = None
         self.status = UpstreamStatus()
         self._replica_uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-{settings.relay_server_id}"))
         self._gtid_index = GtidIndex(relay_log)
@@ -469,8 +484,38 @@ class Upstream:
         async for stored_end, ack in acks:
             while not self.relay_log.committed_past(*stored_end):
                 await self.relay_log.wait_for_commit(self.relay_log.committed)
+            if self.settings.wait_for_replicas and self.replica_acks is not None:
+                await self._wait_for_replicas(stored_end)
             await conn.stream.send_all(build_ack(ack))
             self.status.semi_sync_acks += 1
+
+    async def _wait_for_replicas(self, stored_end: tuple[str, int]) -> None:
+        """Until semi_sync.wait_for_replicas of the relay's semi-sync replicas acknowledged
+        ``stored_end``.  Past replica_timeout the relay acknowledges alone, as a primary falls back
+        to asynchronous replication, until the replicas have acknowledged what it acknowledged
+        alone (they caught up)."""
+        acks = self.replica_acks
+        assert acks is not None
+
+        def acknowledged(file: str, position: int) -> bool:
+            reached = acks.acks_at_or_past(lambda acked: self.relay_log.at_or_past(acked, file, position))
+            return reached >= self.settings.wait_for_replicas
+
+        if self._acked_alone is not None:
+            if not acknowledged(*self._acked_alone):
+                self._acked_alone = stored_end
+                return
+            log.info("upstream: semi-sync: the relay's replicas caught up; waiting for their ACKs again")
+            self._acked_alone = None
+        with trio.move_on_after(self.settings.replica_timeout):
+            while not acknowledged(*stored_end):
+                await acks.wait_for_ack()
+            return
+        self._acked_alone = stored_end
+        self.status.replica_ack_timeouts += 1
+        log.warning("upstream: semi-sync: fewer than %d replicas of the relay acknowledged %s:%d within %.1fs; "
+                    "acknowledging without them until they catch up", self.settings.wait_for_replicas,
+                    *stored_end, self.settings.replica_timeout)
 
     async def _receive_and_store(self, conn: _Connection, receive_segments: Callable[[bytes], list[Segment]]) -> None:
         silence_limit = 2 * self.settings.heartbeat_period

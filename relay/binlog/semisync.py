@@ -86,3 +86,46 @@ def build_ack(ack: Ack) -> bytes:
     """The ACK packet (its own sequence, starting at 0): ef | position u64 | file name."""
     payload = bytes([SEMI_SYNC_MAGIC]) + struct.pack("<Q", ack.position) + ack.file.encode("utf-8")
     return struct.pack("<I", len(payload)) + payload
+
+
+# ------------------------------------------------------------ the primary side (downstream)
+
+def frame_semi_sync(events: list[bytes | memoryview], sequence_id: int, wanted: list[bool]) -> tuple[bytes, int]:
+    """Dump packets ``00 ef flag | event`` (semisync_master.cc), flag ACK_WANTED where ``wanted``;
+    after a packet that wants an ACK the numbering starts again at 1, as MariaDB's flush_net
+    does (the replica's ACK takes sequence 0).  Returns the bytes and the next sequence id."""
+    out = bytearray()
+    seq = sequence_id
+    for event, ack in zip(events, wanted):
+        payload = bytes([0, SEMI_SYNC_MAGIC, ACK_WANTED if ack else 0]) + bytes(event)
+        for start in range(0, len(payload) + 1, _MAX_CHUNK):
+            chunk = payload[start:start + _MAX_CHUNK]
+            out += struct.pack("<I", len(chunk) | (seq << 24)) + chunk
+            seq = (seq + 1) & 0xFF
+            if len(chunk) < _MAX_CHUNK:
+                break
+        if ack:
+            seq = 1
+    return bytes(out), seq
+
+
+class AckReader:
+    """The ACKs a semi-sync replica sends during a dump: each its own packet (sequence 0) of
+    ``ef | position u64 | file name`` (semisync_slave.cc slave_reply)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Ack]:
+        self._buffer += data
+        acks = []
+        while len(self._buffer) >= 4:
+            length = int.from_bytes(self._buffer[:3], "little")
+            if len(self._buffer) < 4 + length:
+                break
+            payload = bytes(self._buffer[4:4 + length])
+            del self._buffer[:4 + length]
+            if len(payload) < 9 or payload[0] != SEMI_SYNC_MAGIC:
+                raise SemiSyncError(f"a packet that is not a semi-sync ACK during the dump ({payload[:9].hex()})")
+            acks.append(Ack(payload[9:].decode("utf-8", "replace"), struct.unpack_from("<Q", payload, 1)[0]))
+        return acks

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import trio
 
 from ..binlog.gtid import GtidError, parse_gtid_position
+from ..binlog.groups import GroupTracker
 from ..binlog.gtidstart import GtidStart
+from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
 from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog.outbound import DumpOptions, DumpRefused, OutboundStream, frame_block
 from ..protocol import server as proto
@@ -95,9 +97,15 @@ class Dump:
     """One dump from the stored files to one client, until it goes away (or, non-blocking, the end)."""
 
     def __init__(self, context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
-                 flush: Callable[[], Awaitable[None]], state: DumpState) -> None:
+                 flush: Callable[[], Awaitable[None]], state: DumpState,
+                 receive: Callable[[], Awaitable[bytes]] | None = None) -> None:
         self.context = context  # session.SessionContext
         self.request = request
+        self.receive = receive
+        # A semi-sync replica is asked to acknowledge each transaction when the relay's own ACK to
+        # its primary waits for its replicas (semi_sync.wait_for_replicas); else never.
+        self.wants_acks = request.semi_sync and context.wait_for_replica_acks and receive is not None
+        self._groups = GroupTracker()
         self.conn = conn
         self.flush = flush
         self.state = state
@@ -148,6 +156,28 @@ class Dump:
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
         self.conn.start_dump()
+        if self.wants_acks:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_acks, nursery.cancel_scope)
+                await self._pump(reader, outbound)
+                nursery.cancel_scope.cancel()
+        else:
+            await self._pump(reader, outbound)
+
+    async def _read_acks(self, done: trio.CancelScope) -> None:
+        acks = AckReader()
+        while data := await self.receive():  # type: ignore[misc]
+            try:
+                received = acks.feed(data)
+            except SemiSyncError as bad:
+                log.warning("downstream %s: %s; ending its dump", self.state.peer, bad)
+                done.cancel()
+                return
+            for ack in received:
+                self.context.registry.note_ack(self.state, ack.file, ack.position)
+        done.cancel()  # the replica closed the connection
+
+    async def _pump(self, reader: TailReader, outbound: OutboundStream) -> None:
         try:
             while True:
                 step = reader.poll()
@@ -180,7 +210,12 @@ class Dump:
         events = reader.read_events(end)
         to_send = outbound.filter(events, start + sum(map(len, events)))
         if to_send:
-            self.conn.send_events(to_send)
+            if self.wants_acks:
+                wanted = [self._groups.ends_group(event[4], event) for event in to_send]
+                data, next_sequence_id = frame_semi_sync(to_send, self.conn.sequence_id, wanted)
+                self.conn.send_framed(data, next_sequence_id)
+            else:
+                self.conn.send_events(to_send)
             self._account(len(to_send), sum(map(len, to_send)), int.from_bytes(to_send[-1][0:4], "little"))
             await self.flush()
         self.state.position = reader.position
@@ -236,11 +271,13 @@ def same_id_message(server_id: int) -> str:
 
 
 async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
-                     flush: Callable[[], Awaitable[None]], peer: str) -> None:
-    """Run one dump to its end; a refusal becomes the ERR packet a primary would send."""
+                     flush: Callable[[], Awaitable[None]], peer: str,
+                     receive: Callable[[], Awaitable[bytes]] | None = None) -> None:
+    """Run one dump to its end; a refusal becomes the ERR packet a primary would send.
+    ``receive``: the client's bytes, for the ACKs of a semi-sync replica."""
     registry = context.registry
     state = DumpState(request.server_id, peer, trio.CancelScope())
-    dump = Dump(context, request, conn, flush, state)
+    dump = Dump(context, request, conn, flush, state, receive)
     reader = None
     try:
         if request.server_id == context.relay_server_id:

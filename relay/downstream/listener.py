@@ -63,7 +63,9 @@ class Downstream:
             lookup_user=user_directory(config), facts=self.facts,
             handshake_timeout=config.listen.handshake_timeout, tls_context=tls_context(config),
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
-            gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index, purge=PurgeHandler(retention, lambda name: name in admins))
+            gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index,
+            purge=PurgeHandler(retention, lambda name: name in admins),
+            wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0)
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def facts(self) -> queries.ServerFacts:
@@ -76,7 +78,8 @@ class Downstream:
             master_status=self._master_status, binary_logs=self._binary_logs,
             slave_hosts=lambda: self.registry.slave_hosts(self.config.server_id),
             binlog_gtid_pos=self._binlog_gtid_pos,
-            gtid_binlog_pos=lambda: format_gtid_position(self.gtid_index.current_state()))
+            gtid_binlog_pos=lambda: format_gtid_position(self.gtid_index.current_state()),
+            semi_sync_master=self.config.semi_sync.wait_for_replicas > 0)
 
     def _binlog_gtid_pos(self, name: str, position: int) -> str | None:
         if name not in self.relay_log.files:

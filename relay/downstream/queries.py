@@ -59,6 +59,9 @@ class ServerFacts:
     slave_hosts: Callable[[], list[tuple[int, str, int, int]]]  # server_id, host, port, master_id
     binlog_gtid_pos: Callable[[str, int], str | None]
     gtid_binlog_pos: Callable[[], str]
+    # The relay asks its semi-sync replicas for ACKs (semi_sync.wait_for_replicas): it then shows
+    # rpl_semi_sync_master_enabled, which a MariaDB replica looks for before announcing semi-sync.
+    semi_sync_master: bool = False
 
 
 def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
@@ -104,6 +107,7 @@ def _system_variables(server: ServerFacts) -> dict[str, object]:
         "tx_isolation": "REPEATABLE-READ",
         "log_slave_updates": "ON",
         "read_only": "ON",
+        **({"rpl_semi_sync_master_enabled": "ON"} if server.semi_sync_master else {}),
     }
 
 

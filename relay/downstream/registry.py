@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -27,6 +28,7 @@ class DumpState:
     file: str = ""
     position: int = 0
     last_event_timestamp: int = 0
+    acked: tuple[str, int] | None = None  # a semi-sync replica's last ACK: (file, position)
 
 
 class Registry:
@@ -41,6 +43,19 @@ class Registry:
         self.groups_filtered: dict[str, int] = {}
         self.auth_failures = 0
         self.protocol_errors: dict[str, int] = {}
+        self._ack_event = trio.Event()
+
+    def note_ack(self, dump: DumpState, file: str, position: int) -> None:
+        dump.acked = (file, position)
+        self._ack_event.set()
+        self._ack_event = trio.Event()
+
+    def acks_at_or_past(self, reached: Callable[[tuple[str, int]], bool]) -> int:
+        """How many connected semi-sync replicas acknowledged a position ``reached`` accepts."""
+        return sum(1 for dump in self.all_dumps if dump.acked is not None and reached(dump.acked))
+
+    async def wait_for_ack(self) -> None:
+        await self._ack_event.wait()
 
     def protocol_error(self, kind: str) -> None:
         self.protocol_errors[kind] = self.protocol_errors.get(kind, 0) + 1

@@ -43,6 +43,7 @@ class SessionContext:
     gtid_index: GtidIndex
     mysql_gtid_index: MysqlGtidIndex
     purge: PurgeHandler
+    wait_for_replica_acks: bool = False  # semi_sync.wait_for_replicas > 0: ask semi-sync replicas for ACKs
 
 
 class _Session:
@@ -75,6 +76,9 @@ class _Session:
             if not data:
                 return proto.Quit()
             self.conn.receive_data(data)
+
+    async def _receive(self) -> bytes:
+        return await self.stream.receive_some(RECEIVE_SIZE)
 
     async def login(self) -> bool:
         with trio.move_on_after(self.context.handshake_timeout) as timer:
@@ -119,7 +123,7 @@ class _Session:
                 gtid_set = event.gtid_data if isinstance(event, proto.BinlogDumpGtid) else None
                 request = DumpRequest(event.file, event.position, event.flags, event.server_id,
                                       self.registered_server_id, dict(self.variables.values), gtid_set)
-                await serve_dump(self.context, request, self.conn, self.flush, self.peer)
+                await serve_dump(self.context, request, self.conn, self.flush, self.peer, self._receive)
                 return
             else:
                 self.context.registry.protocol_error("unknown_command")

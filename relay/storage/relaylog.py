@@ -360,12 +360,15 @@ class RelayLog:
 
     def committed_past(self, file: str, position: int) -> bool:
         """The committed end is at or beyond ``position`` of ``file``."""
-        if self.committed is None:
-            return False
-        name, end = self.committed
+        return self.committed is not None and self.at_or_past(self.committed, file, position)
+
+    def at_or_past(self, point: tuple[str, int], file: str, position: int) -> bool:
+        """``point`` (file, position) is at or beyond ``position`` of ``file`` in the stored order."""
+        name, end = point
         if name == file:
             return end >= position
-        return file in self.files and self.files.index(file) < self.files.index(name)
+        files = self.files
+        return file in files and name in files and files.index(file) < files.index(name)
 
     async def wait_for_commit(self, seen: tuple[str, int] | None) -> tuple[str, int] | None:
         """Return once the committed end differs from ``seen``."""

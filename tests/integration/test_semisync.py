@@ -12,6 +12,7 @@ from tests.support.mariadb import MariaDB, wait_for
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
     GTID_EVENT,
+    attach_replica,
     HEADER_LEN,
     dump_events,
     relay_factory,
@@ -24,6 +25,10 @@ SEMI_SYNC_PRIMARY = ["--rpl-semi-sync-master-enabled=ON", "--rpl-semi-sync-maste
 def _status(primary: MariaDB, name: str) -> str:
     rows = primary.sql(f"SHOW GLOBAL STATUS LIKE '{name}'")
     return str(rows[0][1]) if rows else ""
+
+
+def _gtid_binlog_pos(server: MariaDB) -> str:
+    return str(server.sql("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
 
 
 def _seq_numbers(events) -> set[int]:
@@ -74,3 +79,42 @@ def test_a_stalled_relay_lets_the_primary_fall_back_to_async_and_catches_up(mari
     wait_for_mirror(primary, relay)
     wait_for(lambda: _status(primary, "Rpl_semi_sync_master_status") == "ON", 30,
              "the primary did not return to semi-sync once the relay acknowledged again")
+
+
+def test_with_wait_for_replicas_a_commit_returns_once_the_relays_replica_has_it(mariadb_factory, relay_factory):
+    primary = mariadb_factory(server_id=1, extra_args=SEMI_SYNC_PRIMARY)
+    relay = relay_factory("relay", primary.port, upstream={"semi_sync": True},
+                          semi_sync={"wait_for_replicas": 1, "replica_timeout": 4})
+    replica = mariadb_factory(server_id=11, extra_args=["--rpl-semi-sync-slave-enabled=ON"])
+    attach_replica(replica, relay.port, use_gtid="slave_pos")
+    primary.execute_many(["CREATE DATABASE s", "CREATE TABLE s.t (id INT PRIMARY KEY)"])
+    wait_for(lambda: replica.slave_status().get("Gtid_IO_Pos") == _gtid_binlog_pos(primary), 30,
+             "the relay's replica did not catch up")
+    for i in range(20):
+        primary.sql(f"INSERT INTO s.t VALUES ({i})")
+        # no waiting: when the commit returns, the replica of the relay has already received it
+        assert replica.slave_status()["Gtid_IO_Pos"] == _gtid_binlog_pos(primary)
+    assert _status(primary, "Rpl_semi_sync_master_no_tx") == "0"
+    assert "acknowledging without them" not in relay.log_text()  # every ACK waited for the replica's
+    # The replica stops: the primary falls back to async after its own timeout instead of hanging,
+    # and the relay, past replica_timeout, acknowledges alone until the replica is back.
+    primary.sql("SET GLOBAL rpl_semi_sync_master_timeout = 1000")
+    replica.stop_slave()
+    primary.sql("INSERT INTO s.t VALUES (100)")
+    assert int(_status(primary, "Rpl_semi_sync_master_no_tx")) >= 1
+    wait_for(lambda: "acknowledging without them until they catch up" in relay.log_text(), 30,
+             "the relay kept waiting for a stopped replica")
+    for i in range(101, 110):
+        primary.sql(f"INSERT INTO s.t VALUES ({i})")
+    wait_for_mirror(primary, relay)
+    replica.start_slave()
+    more = iter(range(200, 10000))
+
+    def caught_up() -> bool:  # each commit is a moment the relay looks at its replica's ACKs again
+        primary.sql(f"INSERT INTO s.t VALUES ({next(more)})")
+        return "caught up; waiting for their ACKs again" in relay.log_text()
+
+    wait_for(caught_up, 30, "the relay did not wait for its replica again once it was back")
+    primary.sql("INSERT INTO s.t VALUES (10000)")
+    assert replica.slave_status()["Gtid_IO_Pos"] == _gtid_binlog_pos(primary)
+    wait_for(lambda: _status(primary, "Rpl_semi_sync_master_status") == "ON", 30, "the primary stayed async")
