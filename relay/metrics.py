@@ -65,6 +65,24 @@ class RelayCollector(Collector):
         yield _gauge("upstream_last_event_timestamp_seconds", "Timestamp of the newest stored event", last)
         yield _gauge("upstream_lag_seconds", "How far the stored binlog is behind the primary, from event and "
                      "heartbeat timestamps", self._upstream_lag_seconds())
+        yield from self._failover()
+
+    def _failover(self) -> Iterator[Family]:
+        status = self.upstream
+        current = GaugeMetricFamily(f"{PREFIX}_upstream_current", "1 for the candidate primary replicated from "
+                                    "(upstream.hosts)", labels=["candidate"])
+        if status.current is not None:
+            current.add_metric([str(status.current)], int(status.connected))
+        yield current
+        yield _counter("upstream_switches", "Times ingest moved to another candidate primary", status.switches)
+        yield _labelled_counter("upstream_candidates_refused", "Candidate primaries refused, by reason "
+                                "(read_only, replicating, behind, diverged)", "reason", status.refusals)
+        yield _gauge("upstream_semi_sync", "1 while the relay is a semi-sync replica of its primary",
+                     int(status.semi_sync and status.connected))
+        yield _counter("upstream_semi_sync_acks", "Transactions acknowledged to a semi-sync primary",
+                       status.semi_sync_acks)
+        yield _counter("semi_sync_replica_timeouts", "Times the relay stopped waiting for its semi-sync replicas "
+                       "(semi_sync.replica_timeout) and acknowledged alone", status.replica_ack_timeouts)
 
     def _upstream_lag_seconds(self) -> float:
         stream = self.upstream.stream

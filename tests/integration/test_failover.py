@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from tests.support.mariadb import MariaDB, wait_for
+from tests.support.mariadb import MariaDB, free_port, wait_for
+from tests.support.metrics import http_get
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
     FIRST_FILE,
@@ -112,6 +113,13 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
     assert "refusing to mix" not in relay.log_text() and relay.alive()
 
 
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in the relay's metrics")
+
+
 def _stored_bytes(relay) -> int:
     return sum((relay.data_dir / name).stat().st_size for name in relay.stored_files()
                if (relay.data_dir / name).exists())
@@ -128,7 +136,9 @@ def test_behind_and_diverged_candidates_are_refused_and_a_lagging_one_catches_up
     errant = mariadb_factory(server_id=3, extra_args=["--log-slave-updates=1"])
     for standby in (lagging, errant):
         attach_replica(standby, primary.port, use_gtid="slave_pos")
-    relay = relay_factory("relay", primary.port, upstream=_hosts(primary, lagging, errant))
+    metrics_port = free_port()
+    relay = relay_factory("relay", primary.port, upstream=_hosts(primary, lagging, errant),
+                          metrics={"host": "127.0.0.1", "port": metrics_port})
     by_gtid = mariadb_factory(server_id=11)
     attach_replica(by_gtid, relay.port, use_gtid="slave_pos")
     primary.execute_many(["CREATE DATABASE f", "CREATE TABLE f.t (id INT PRIMARY KEY, v VARCHAR(40))"]
@@ -150,6 +160,9 @@ def test_behind_and_diverged_candidates_are_refused_and_a_lagging_one_catches_up
     assert "lacks 0-1-32, which the relay stored" in log  # the lagging one stopped at 0-1-22
     assert "has 0-3-23, which the relay never stored" in log
     assert _stored_sizes(relay) == stored  # nothing taken from either
+    metrics = http_get(metrics_port, "/metrics")[1]
+    for reason in ("behind", "diverged"):
+        assert _metric(metrics, f'binlog_relay_upstream_candidates_refused_total{{reason="{reason}"}}') >= 1
     # The lossless promotion: the lagging standby takes what only the relay has from the relay,
     # and is followed once it holds everything (while it replicates it is refused as a replica).
     attach_replica(lagging, relay.port, use_gtid="slave_pos")
@@ -160,4 +173,7 @@ def test_behind_and_diverged_candidates_are_refused_and_a_lagging_one_catches_up
     _wait_applied(by_gtid, lagging, "the GTID replica of the relay")
     _assert_same_tables(lagging, by_gtid)
     assert by_gtid.sql("SELECT COUNT(*) FROM f.t WHERE v = 'only the relay has it'") == [(10,)]
+    metrics = http_get(metrics_port, "/metrics")[1]
+    assert _metric(metrics, "binlog_relay_upstream_switches_total") == 1
+    assert _metric(metrics, f'binlog_relay_upstream_current{{candidate="127.0.0.1:{lagging.port}"}}') == 1
     assert "has 0-3-23" in relay.log_text() and relay.alive()
