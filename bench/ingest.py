@@ -15,7 +15,7 @@ own.  Its time is from just before it connects to the moment the committed end r
 the primary's SHOW MASTER STATUS position (measured inside the child, polled every 5 ms);
 the time of the whole child process (interpreter start, imports, close) is reported too.
 mariadb-binlog's time is its whole process.  The ratio is relay MB/s over mariadb-binlog
-MB/s, medians of the runs; the goal is >= 1.0 (DESIGN.md "Performance budget").
+MB/s, medians of the runs; the goal is >= 1.0 (docs/architecture.md, "Performance budget").
 """
 
 from __future__ import annotations

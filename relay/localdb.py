@@ -1,12 +1,11 @@
 """Throw-away MariaDB servers on loopback: the launcher behind ``binlog-relay demo`` and the tests.
 
-A Python port of ``shared/tools/mariadb-sandbox.sh``: the same my.cnf, the same users
-(root@localhost/127.0.0.1/::1 without password, repl@'%' IDENTIFIED BY 'replpass' with
-REPLICATION SLAVE, REPLICATION CLIENT, REPLICATION MASTER ADMIN), log_bin=mysql-bin,
-binlog_format=ROW, durability off. Differences: max_allowed_packet is 1G (tests write
-rows of 20 MB and more and a 1 GB transaction), the buffer pool is smaller, and the data
-directory is copied from one template per process instead of running mariadb-install-db
-for every server (it takes seconds).
+Each server gets its own my.cnf and the same users (root@localhost/127.0.0.1/::1 without
+password, repl@'%' IDENTIFIED BY 'replpass' with REPLICATION SLAVE, REPLICATION CLIENT,
+REPLICATION MASTER ADMIN), log_bin=mysql-bin, binlog_format=ROW, durability off,
+max_allowed_packet 1G (tests write rows of 20 MB and more and a 1 GB transaction) and a small
+buffer pool.  The data directory is copied from one template per process instead of running
+mariadb-install-db for every server (it takes seconds).
 
     server = LocalMariaDB(Path("/tmp/x"), server_id=1, extra_args=["--max-binlog-size=1M"])
     server.start()          # returns once the server answers over TCP; MariaDBNotInstalled if absent

@@ -45,7 +45,7 @@ RECEIVE_SIZE = 1 << 20
 # MariaDB reads flag 0x02 as "send ANNOTATE_ROWS" (kept, so stored files stay identical); MySQL
 # (rpl_binlog_sender.cc) as USE_HEARTBEAT_EVENT_V2: a MySQL primary gets no flag.
 DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
-MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (PROTOCOL.md 3.1)
+MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (docs/protocol.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
 
@@ -368,7 +368,7 @@ class Upstream:
         return TranslatingStream(file, end, checksum_alg, state if switching else None, ends_with_rotate)
 
     async def _prepare(self, conn: _Connection) -> int:
-        """The replica's opening queries (PROTOCOL.md 3.1 / 3.2); returns the checksum algorithm."""
+        """The replica's opening queries (docs/protocol.md 3.1 / 3.2); returns the checksum algorithm."""
         greeting = conn.protocol.greeting
         assert greeting is not None
         self.status.server_version = greeting.server_version

@@ -2,7 +2,7 @@
  * relay.binlog._scan: the two per-event loops of the relay path in C.
  *
  * The relay must take events from the primary, and give them to replicas, at least as fast
- * as the primary does (DESIGN.md, "Performance budget").  In Python the per-event work of
+ * as the primary does (docs/architecture.md, "Performance budget").  In Python the per-event work of
  * either loop costs about a microsecond or more; the primary spends less.  This module does
  * that work for the events that need no decision, and stops before any other, which the
  * Python code then handles: it stays the only place that decides, reports errors, follows

@@ -7,7 +7,7 @@
 
     for change in relay.pipeline.read.iter_changes("/data/mysql-bin.000007", start=4, end=None): ...
 
-The transaction envelope (Drizzle's, see ../shared/seeds/003): a change row is emitted
+The transaction envelope (docs/architecture.md, "Change rows"): a change row is emitted
 only once the group it belongs to has committed, carrying the group's GTID, the position
 of its first event, the commit event's timestamp and its place (``seq``) in the group.
 

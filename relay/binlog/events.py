@@ -1,4 +1,4 @@
-"""Binlog event format (PROTOCOL.md 5): the 19-byte header, checksums and the few event
+"""Binlog event format (docs/protocol.md 5): the 19-byte header, checksums and the few event
 bodies the relay itself must read (FDE, ROTATE, QUERY, GTID, GTID_LIST, heartbeats).
 
 Hot paths use ``HEADER.unpack_from`` directly; the dataclasses are for admin paths.
@@ -16,7 +16,7 @@ HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_length, l
 CRC_LEN = 4
 CRC32_RESIDUE = 0x2144DF1C  # zlib.crc32 of any data followed by its own CRC32 (little-endian)
 
-# Event types (PROTOCOL.md 5.6)
+# Event types (docs/protocol.md 5.6)
 UNKNOWN_EVENT = 0
 START_EVENT_V3 = 1
 QUERY_EVENT = 2
@@ -46,7 +46,7 @@ GTID_LIST_EVENT = 163
 START_ENCRYPTION_EVENT = 164
 QUERY_COMPRESSED_EVENT = 165
 
-# Header flags (PROTOCOL.md 5.2)
+# Header flags (docs/protocol.md 5.2)
 LOG_EVENT_BINLOG_IN_USE_F = 0x0001
 LOG_EVENT_ARTIFICIAL_F = 0x0020
 LOG_EVENT_SKIP_REPLICATION_F = 0x8000
@@ -151,7 +151,7 @@ def parse_format_description(event: bytes | memoryview) -> FormatDescription:
 def checksum_matches(event: bytes | memoryview) -> bool:
     """The event's trailing CRC32 equals the CRC of everything before it.
 
-    The FDE's CRC is computed with BINLOG_IN_USE cleared (PROTOCOL.md 5.3)."""
+    The FDE's CRC is computed with BINLOG_IN_USE cleared (docs/protocol.md 5.3)."""
     if event[4] == FORMAT_DESCRIPTION_EVENT and event[FLAGS_OFFSET] & LOG_EVENT_BINLOG_IN_USE_F:
         cleared = bytearray(event)
         cleared[FLAGS_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F

@@ -1,4 +1,4 @@
-"""Event-group boundaries (PROTOCOL.md 7.1): where a reader may safely stop.
+"""Event-group boundaries (docs/protocol.md 7.1): where a reader may safely stop.
 
 A group is a transaction or a standalone statement.  ``GroupTracker.ends_group`` is
 told each event in order and answers whether the position after it is a group end.

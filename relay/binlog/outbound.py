@@ -1,5 +1,5 @@
 """What a dump sends, sans-IO: the fake ROTATE and FDE at each file start, the stored events
-with the loop filter applied, and heartbeats (PROTOCOL.md 4.5, 4.6; DESIGN.md decision 4).
+with the loop filter applied, and heartbeats (docs/protocol.md 4.5, 4.6; docs/architecture.md, decision 4).
 
 The stored bytes go out unchanged; only artificial events are built here.  Per event the
 filter reads the type byte and, at group starts, the header's server_id.

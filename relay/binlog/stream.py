@@ -385,7 +385,7 @@ class DumpStream:
             "at a different offset than on the primary")
 
     def _bad_checksum(self, event: memoryview, etype: int, log_pos: int) -> None:
-        # A FDE checksummed with BINLOG_IN_USE cleared is fine (PROTOCOL.md 5.3).
+        # A FDE checksummed with BINLOG_IN_USE cleared is fine (docs/protocol.md 5.3).
         if etype == ev.FORMAT_DESCRIPTION_EVENT and ev.checksum_matches(event):
             return
         raise StreamError(f"event {ev.event_name(etype)} ending at {self.file}:{log_pos} failed its CRC32 "

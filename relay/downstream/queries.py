@@ -1,4 +1,4 @@
-"""The SQL a replica or a binlog client sends, answered without a database (PROTOCOL.md 3).
+"""The SQL a replica or a binlog client sends, answered without a database (docs/protocol.md 3).
 
 ``answer(sql, session, server)`` returns a reply: rows, OK, or an error a real primary
 would give.  Pure functions over strings; the session object holds the user variables.

@@ -2,7 +2,7 @@
 
 Locally:         binlog-relay export --data-dir /var/lib/binlog-relay --out /tmp/changes
 On a cluster:    spark-submit --master spark://host:7077 --py-files relay.zip \\
-                     relay/pipeline/export.py --data-dir /shared/relay --out /shared/changes
+                     relay/pipeline/export.py --data-dir /mnt/relay-data --out /mnt/changes
 
 (This file runs as the spark-submit application too, hence the absolute imports.)
 """

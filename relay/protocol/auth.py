@@ -1,4 +1,4 @@
-"""Authentication plugin arithmetic (PROTOCOL.md 2.3, 2.4): scrambles in, tokens out."""
+"""Authentication plugin arithmetic (docs/protocol.md 2.3, 2.4): scrambles in, tokens out."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Connection-phase packets (PROTOCOL.md 2): the greeting and the client's handshake response."""
+"""Connection-phase packets (docs/protocol.md 2): the greeting and the client's handshake response."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def client_capabilities() -> int:
 CLIENT_FOUND_ROWS = 2
 SERVER_STATUS_AUTOCOMMIT = 0x0002
 
-# PROTOCOL.md 2.1: what the relay offers as a server. No DEPRECATE_EOF (PyMySQL lacks it),
+# docs/protocol.md 2.1: what the relay offers as a server. No DEPRECATE_EOF (PyMySQL lacks it),
 # no QUERY_ATTRIBUTES, COMPRESS or SESSION_TRACK.  SSL is added when TLS is configured.
 SERVER_CAPABILITIES = (CLIENT_LONG_PASSWORD | CLIENT_FOUND_ROWS | CLIENT_LONG_FLAG | CLIENT_CONNECT_WITH_DB
                        | CLIENT_PROTOCOL_41 | CLIENT_TRANSACTIONS | CLIENT_SECURE_CONNECTION

@@ -1,4 +1,4 @@
-"""MySQL packet framing and the generic OK / ERR / EOF packets (PROTOCOL.md 1).
+"""MySQL packet framing and the generic OK / ERR / EOF packets (docs/protocol.md 1).
 
 A packet is ``len u24 LE | seq u8 | payload``.  A payload of 0xFFFFFF bytes or more
 is cut into 0xFFFFFF-byte chunks, and a message whose length is an exact multiple of

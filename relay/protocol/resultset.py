@@ -1,4 +1,4 @@
-"""Text result sets (PROTOCOL.md 1.4): parsing on the client side, building on the server side."""
+"""Text result sets (docs/protocol.md 1.4): parsing on the client side, building on the server side."""
 
 from __future__ import annotations
 

@@ -307,7 +307,7 @@ class ServerConnection:
 
     def send_events(self, events: list[bytes | memoryview]) -> None:
         """Frame each event as ``00 | event`` (one packet each, split past 16 MB); under
-        semi-sync as ``00 ef 00 | event``: the relay never asks for an ACK (PROTOCOL.md 6)."""
+        semi-sync as ``00 ef 00 | event``: the relay never asks for an ACK (docs/protocol.md 6)."""
         if self.semi_sync:
             for event in events:
                 self._send(b"\x00\xef\x00" + bytes(event))

@@ -1,4 +1,4 @@
-"""Is a directory of binlog files a byte copy of the primary's?  (DESIGN.md decision 1: `cmp`
+"""Is a directory of binlog files a byte copy of the primary's?  (docs/architecture.md, decision 1: `cmp`
 against the primary's files is the test.)  Used by the demo's verdict, the tests and the
 benchmarks, so all of them judge a copy by the same rule."""
 

@@ -3,7 +3,7 @@
 Events are appended as they arrive, so a 2 GB transaction never sits in memory, but the
 *committed end* (what readers may see) moves only at event-group ends, and with
 ``sync: commit`` only after an fsync.  On start, the tail past the last group end is
-cut off: ingest resumes from there (DESIGN.md decisions 1-3).
+cut off: ingest resumes from there (docs/architecture.md, decisions 1-3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The relay serving several consumers at once: a stalled one slows nobody (DESIGN.md decision 5),
+"""The relay serving several consumers at once: a stalled one slows nobody (docs/architecture.md, decision 5),
 replicas ride through a relay restart, and relays chain."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The loop filter (DESIGN.md decision 4) in a real circular setup:
+"""The loop filter (docs/architecture.md, decision 4) in a real circular setup:
 
     P (server_id 1, log-slave-updates) --> relay R --> S (server_id 3) --> P
 

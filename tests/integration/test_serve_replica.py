@@ -1,5 +1,5 @@
 """Real MariaDB 10.11 replicas replicating from the relay: file/position, GTID, and moving a replica
-between the primary and the relay without translating coordinates (DESIGN.md decision 1)."""
+between the primary and the relay without translating coordinates (docs/architecture.md, decision 1)."""
 
 from __future__ import annotations
 
