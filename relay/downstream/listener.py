@@ -68,18 +68,23 @@ class Downstream:
             wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0)
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
+    def _is_mariadb(self) -> bool:
+        return "mariadb" in (self.relay_log.state.upstream_version or DEFAULT_VERSION).lower()
+
     def facts(self) -> queries.ServerFacts:
         version = self.relay_log.state.upstream_version or DEFAULT_VERSION
         alg = self.upstream_status.checksum_alg
         checksum = "NONE" if alg == ev.CHECKSUM_OFF else "CRC32"
         return queries.ServerFacts(
             version=version, server_id=self.config.server_id, server_uuid=self._uuid,
-            binlog_checksum=checksum, is_mariadb="mariadb" in version.lower(), gtid_domain_id=0,
+            binlog_checksum=checksum, is_mariadb=self._is_mariadb(), gtid_domain_id=0,
             master_status=self._master_status, binary_logs=self._binary_logs,
             slave_hosts=lambda: self.registry.slave_hosts(self.config.server_id),
             binlog_gtid_pos=self._binlog_gtid_pos,
             gtid_binlog_pos=lambda: format_gtid_position(self.gtid_index.current_state()),
-            semi_sync_master=self.config.semi_sync.wait_for_replicas > 0)
+            semi_sync_master=self.config.semi_sync.wait_for_replicas > 0,
+            mysql_gtid_executed=lambda: str(self.mysql_gtid_index.executed()),
+            mysql_gtid_purged=lambda: str(self.mysql_gtid_index.purged()))
 
     def _binlog_gtid_pos(self, name: str, position: int) -> str | None:
         if name not in self.relay_log.files:
@@ -87,8 +92,12 @@ class Downstream:
         return format_gtid_position(self.gtid_index.position_at(name, position))
 
     def _master_status(self) -> tuple[str, int, str]:
+        """File, position and (a MySQL-flavoured history's) executed GTID set."""
         committed = self.relay_log.committed
-        return (committed[0], committed[1], "") if committed else ("", 0, "")
+        if committed is None:
+            return "", 0, ""
+        executed = "" if self._is_mariadb() else str(self.mysql_gtid_index.executed())
+        return committed[0], committed[1], executed
 
     def _binary_logs(self) -> list[tuple[str, int]]:
         return [(name, self.relay_log.file_end(name)) for name in list(self.relay_log.files)]

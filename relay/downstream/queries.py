@@ -62,6 +62,9 @@ class ServerFacts:
     # The relay asks its semi-sync replicas for ACKs (semi_sync.wait_for_replicas): it then shows
     # rpl_semi_sync_master_enabled, which a MariaDB replica looks for before announcing semi-sync.
     semi_sync_master: bool = False
+    # A MySQL-flavoured history's gtid_executed and gtid_purged (text), from its stored files.
+    mysql_gtid_executed: Callable[[], str] = lambda: ""
+    mysql_gtid_purged: Callable[[], str] = lambda: ""
 
 
 def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
@@ -71,13 +74,17 @@ def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
 # System variables replicas and tools ask for, by lower-case name.
 def _system_variables(server: ServerFacts) -> dict[str, object]:
     gtid = server.gtid_binlog_pos() if server.is_mariadb else ""
+    executed = "" if server.is_mariadb else server.mysql_gtid_executed()
     return {
         "version": server.version,
         "server_id": server.server_id,
         "server_uuid": server.server_uuid,
         "binlog_checksum": server.binlog_checksum,
         "gtid_domain_id": server.gtid_domain_id,
-        "gtid_mode": "OFF" if server.is_mariadb else "ON",
+        # MariaDB has no gtid_mode; a MySQL history is served with ON once it holds GTIDs
+        "gtid_mode": "OFF" if server.is_mariadb or not executed else "ON",
+        "gtid_executed": executed,
+        "gtid_purged": "" if server.is_mariadb else server.mysql_gtid_purged(),
         "gtid_binlog_pos": gtid,
         "gtid_current_pos": gtid,
         "gtid_slave_pos": "",
@@ -111,8 +118,8 @@ def _system_variables(server: ServerFacts) -> dict[str, object]:
     }
 
 
-_SET_ASSIGNMENT = re.compile(r"\s*(@@(?:global\.|session\.|local\.)?|@)?([A-Za-z_][\w.$]*)\s*(?::=|=)\s*(.+)$",
-                             re.S)
+_SET_ASSIGNMENT = re.compile(r"\s*(?:(?:global|session|local|persist)\s+)?(@@(?:global\.|session\.|local\.)?|@)?"
+                             r"([A-Za-z_][\w.$]*)\s*(?::=|=)\s*(.+)$", re.S | re.I)
 _SELECT_ITEM = re.compile(r"^(@@(?:global\.|session\.|local\.)?[\w.]+|@[\w.$]+|version\(\)|unix_timestamp\(\)|"
                           r"-?\d+(?:\.\d+)?|'[^']*'|\"[^\"]*\"|database\(\)|user\(\)|current_user\(\)|"
                           r"connection_id\(\)|now\(\))(?:\s+as\s+(`[^`]+`|\w+))?$", re.I)
