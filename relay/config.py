@@ -472,6 +472,8 @@ class ListenConfig:
     port: int = _opt(_Int(0, 65535), "Port replicas connect to (0 = any free port).", 3306)
     max_connections: int = _opt(_Int(1), "Most downstream sessions at once.", 1000)
     handshake_timeout: float = _opt(_Seconds(), "Time a client has to log in.", 10.0)
+    max_packet: int = _opt(_Size(), "Largest packet a logged-in client may send (before the login: 16K); "
+                           "over it the client gets ERR 1153 and is disconnected.", 16 << 20)
     ssl: ListenSSL = _section(ListenSSL, "TLS for replicas.")
 
 

@@ -65,7 +65,7 @@ class Downstream:
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
             gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index,
             purge=PurgeHandler(retention, lambda name: name in admins),
-            wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0)
+            wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0, max_packet=config.listen.max_packet)
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def _is_mariadb(self) -> bool:

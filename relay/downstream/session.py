@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from ..protocol import server as proto
+from ..protocol.packets import ER_NET_PACKET_TOO_LARGE, PACKET_TOO_LARGE_MESSAGE, PacketTooLarge
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from . import queries
@@ -44,6 +45,7 @@ class SessionContext:
     mysql_gtid_index: MysqlGtidIndex
     purge: PurgeHandler
     wait_for_replica_acks: bool = False  # semi_sync.wait_for_replicas > 0: ask semi-sync replicas for ACKs
+    max_packet: int = proto.DEFAULT_MAX_PACKET  # listen.max_packet, for logged-in clients
 
 
 class _Session:
@@ -56,7 +58,7 @@ class _Session:
         self.conn = proto.ServerConnection(
             server_version=facts.version, connection_id=self.connection_id, peer_host=peer.rsplit(":", 1)[0],
             lookup_user=context.lookup_user, tls_available=context.tls_context is not None,
-            tls_required=context.tls_required)
+            tls_required=context.tls_required, max_packet=context.max_packet)
         self.variables = queries.SessionVariables()
         self.user = ""
         self.registered_server_id: int | None = None
@@ -186,6 +188,12 @@ async def handle_connection(stream: trio.abc.Stream, context: SessionContext, pe
         await session.serve_commands()
     except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError) as exc:
         log.info("downstream %s: connection lost: %s", peer, exc or type(exc).__name__)
+    except PacketTooLarge as exc:
+        context.registry.protocol_error("packet_too_large")
+        log.warning("downstream %s: %s; closing", peer, exc)
+        with trio.move_on_after(1):  # a client that does not read its error is not waited for
+            session.conn.send_error(ER_NET_PACKET_TOO_LARGE, PACKET_TOO_LARGE_MESSAGE, "08S01")
+            await session.flush()
     except proto.ProtocolError as exc:
         context.registry.protocol_error("malformed")
         log.warning("downstream %s: protocol error: %s", peer, exc)

@@ -20,6 +20,19 @@ class ProtocolError(Exception):
     """The peer sent bytes that do not follow the MySQL protocol."""
 
 
+class PacketTooLarge(ProtocolError):
+    """A packet over the reader's limit, refused from its header before its body is buffered."""
+
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"a packet of {length} bytes or more, over the limit of {limit}")
+        self.length = length
+        self.limit = limit
+
+
+ER_NET_PACKET_TOO_LARGE = 1153
+PACKET_TOO_LARGE_MESSAGE = "Got a packet bigger than 'max_allowed_packet' bytes"
+
+
 @dataclass(frozen=True)
 class ServerError(Exception):
     """An ERR packet: the peer refused what we asked."""
@@ -126,6 +139,7 @@ class PacketReader:
         self._pending_size = 0
         self.next_seq = 0  # the sequence id the next chunk must carry
         self.check_seq = True
+        self.max_packet: int | None = None  # a logical packet longer than this raises PacketTooLarge
 
     def feed(self, data: bytes) -> None:
         if data:
@@ -162,6 +176,7 @@ class PacketReader:
             return None
         low, high, seq = _U24_SEQ.unpack_from(self._buf, self._pos)
         length = low | (high << 16)
+        self._check_size(length)
         if length == MAX_CHUNK:
             return self._next_multi_chunk_packet()
         if not self._ensure(4 + length):
@@ -184,6 +199,7 @@ class PacketReader:
             seqs.append(seq)
             offset += 4 + length
             total_needed += length
+            self._check_size(total_needed)
             if not self._ensure(offset):
                 return None
             if length < MAX_CHUNK:
@@ -198,6 +214,10 @@ class PacketReader:
             pos += 4 + length
         self._pos = pos
         return memoryview(b"".join(parts))
+
+    def _check_size(self, length: int) -> None:
+        if self.max_packet is not None and length > self.max_packet:
+            raise PacketTooLarge(length, self.max_packet)
 
     def _check_seq(self, seq: int) -> None:
         if self.check_seq and seq != self.next_seq:

@@ -136,17 +136,28 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
+# A handshake response holds capabilities, a user name, an auth token, a database, a plugin name
+# and connection attributes (a few hundred bytes from the usual clients, libmysqlclient's longest
+# around 1 KB); 16 KiB leaves room for long names and many attributes.
+PRE_LOGIN_MAX_PACKET = 16 << 10
+DEFAULT_MAX_PACKET = 16 << 20  # MariaDB's default max_allowed_packet
+
+
 class ServerConnection:
     def __init__(self, *, server_version: str, connection_id: int, peer_host: str,
                  lookup_user: Callable[[str], Credentials | None], tls_available: bool = False,
                  tls_required: bool = False, scramble: bytes | None = None,
-                 auth_plugin: str = auth.NATIVE_PASSWORD) -> None:
+                 auth_plugin: str = auth.NATIVE_PASSWORD, max_packet: int = DEFAULT_MAX_PACKET) -> None:
         self._lookup_user = lookup_user
         self._peer_host = peer_host
         self._tls_required = tls_required
         self._tls_active = False
         self._scramble = scramble or _new_scramble()
         self._reader = PacketReader()
+        # Before the login nobody is known: a handshake response is a few hundred bytes, so an
+        # unauthenticated client cannot make the relay hold megabytes for it.
+        self._reader.max_packet = PRE_LOGIN_MAX_PACKET
+        self._max_packet = max_packet
         self._out: list[bytes] = []
         self._seq = 0
         self._state = _State.HANDSHAKE
@@ -247,6 +258,7 @@ class ServerConnection:
                 self._send(b"\x01\x03")  # fast authentication succeeded
             self._send(build_ok())
             self._state = _State.COMMAND
+            self._reader.max_packet = self._max_packet
             return LoggedIn(user, database, self._tls_active, attributes)
         using = "YES" if token else "NO"
         return self._refuse(user, ER_ACCESS_DENIED_ERROR,

@@ -367,3 +367,49 @@ def test_a_second_dump_with_the_same_server_id_ends_the_first(mariadb_factory, r
         assert ended
     served.still_replicates("after two dumps with one server_id")
     served.finish()
+
+
+def _send_huge_packet(port: int, size: int, after_login: bool) -> tuple[bytes, int]:
+    """Announce one packet of ``size`` bytes (16 MB chunks) and push its bytes until the relay
+    answers or closes; returns (what it answered, bytes pushed)."""
+    client = RawClient(port) if after_login else None  # logged in: the next packet is a command (seq 0)
+    with client.sock if client else socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        reader = PacketReader()
+        if client is None:
+            sock.recv(65536)  # the greeting; the handshake response would be packet 1
+        seq = 0 if client else 1
+        pushed = 0
+        chunk = bytes(1 << 16)
+        try:
+            sock.sendall(struct.pack("<I", 0xFFFFFF | (seq << 24)))
+            while pushed < size:
+                pushed += sock.send(chunk)
+        except OSError:
+            pass  # the relay closed the connection while we were still sending
+        reply = b""
+        try:
+            while data := sock.recv(65536):
+                reply += data
+        except OSError:
+            pass
+        reader.next_seq = seq + 1
+        reader.check_seq = False
+        reader.feed(reply)
+        first = reader.next_packet()
+        return (bytes(first) if first is not None else b""), pushed
+
+
+@pytest.mark.parametrize("after_login", [False, True], ids=["before-login", "after-login"])
+def test_a_packet_over_the_limit_is_refused_before_it_is_buffered(mariadb_factory, relay_factory, after_login):
+    # before the login the limit is 16K; after it listen.max_packet (1M here)
+    served = Served(mariadb_factory, relay_factory, listen={"max_packet": "1M"})
+    rss_before = served.relay.peak_rss_bytes()
+    reply, pushed = _send_huge_packet(served.relay.port, 64 << 20, after_login)
+    assert is_err(reply), reply[:40]
+    error = parse_err(reply)
+    assert (error.code, error.sqlstate, error.message) == (1153, "08S01",
+                                                           "Got a packet bigger than 'max_allowed_packet' bytes")
+    assert pushed < 64 << 20  # refused from the header: the rest was never read
+    assert served.relay.peak_rss_bytes() - rss_before < 8 << 20
+    served.still_replicates(f"after a 64 MiB packet {'after' if after_login else 'before'} the login")
+    served.finish()

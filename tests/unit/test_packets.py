@@ -1,5 +1,7 @@
 """Framing and generic packets: bytes in, bytes out."""
 
+import struct
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -68,3 +70,18 @@ def test_ok_and_err_roundtrip():
 def test_truncated_lenenc_is_a_protocol_error():
     with pytest.raises(ProtocolError):
         read_lenenc_int(b"\xfc\x01", 0)
+
+
+def test_a_packet_over_the_limit_is_refused_from_its_header():
+    from relay.protocol.packets import PacketTooLarge
+
+    reader = PacketReader()
+    reader.max_packet = 1000
+    reader.feed(b"\xff\xff\xff\x00" + b"\x00" * 100)  # a 16 MB chunk announced, 100 bytes of it here
+    with pytest.raises(PacketTooLarge) as refused:
+        reader.next_packet()
+    assert (refused.value.length, refused.value.limit) == (0xFFFFFF, 1000)
+    reader = PacketReader()
+    reader.max_packet = 1000
+    reader.feed(struct.pack("<I", 1000) + b"x" * 1000)  # exactly the limit: fine
+    assert len(reader.next_packet()) == 1000
