@@ -484,6 +484,9 @@ class UserConfig:
     # Not a Secret (it is what mysql.user shows), but kept out of repr all the same.
     password_hash: str | None = _opt(_NativeHash(), "mysql_native_password hash, '*' + 40 hex digits.",
                                      None, nullable=True, repr=False)
+    password_file: str | None = _opt(_Str("path"), "File holding the password, read at load time (one trailing "
+                                     "newline stripped); or the environment: BINLOG_RELAY_USERS_<NAME>_PASSWORD.",
+                                     None, nullable=True)
     admin: bool = _opt(_Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary).", False)
 
     def native_hash(self) -> bytes:
@@ -636,13 +639,19 @@ def _read_password_file(path: str) -> str:
 
 
 def _check_user(raw: Mapping, values: dict, report: _Report) -> None:
-    has_password, has_hash = raw.get("password") is not None, raw.get("password_hash") is not None
-    if has_password and has_hash:
-        report("", "give either password or password_hash, not both")
+    given = [key for key in ("password", "password_hash", "password_file") if raw.get(key) is not None]
+    if len(given) > 1:
+        report("", f"give one of password, password_hash and password_file, not {' and '.join(given)}")
         values["password"] = _INVALID
-    elif not has_password and not has_hash:
-        report("", "give password or password_hash")
+    elif not given:
+        report("", "give password, password_hash or password_file")
         values["password"] = _INVALID
+    elif given == ["password_file"] and _valid(values["password_file"]):
+        try:
+            values["password"] = Secret(_read_password_file(values["password_file"]))
+        except _Invalid as bad:
+            report("password_file", bad.message)
+            values["password_file"] = _INVALID
 
 
 def _check_config(raw: Mapping, values: dict, report: _Report) -> None:
@@ -800,6 +809,9 @@ def _apply_environment(data: dict, environ: Mapping[str, str], problems: _Proble
     for variable in sorted(environ):
         if not variable.startswith(ENV_PREFIX):
             continue
+        if (user := _USER_PASSWORD_VARIABLE.fullmatch(variable)) is not None:
+            _set_user_password(data, user.group(1), environ[variable], variable, problems)
+            continue
         if variable not in _ENV_KEYS:
             problems.add("", f"{variable}: {_unknown_variable_reason(variable)}")
             continue
@@ -813,9 +825,26 @@ def _apply_environment(data: dict, environ: Mapping[str, str], problems: _Proble
     return data
 
 
+_USER_PASSWORD_VARIABLE = re.compile(re.escape(ENV_PREFIX) + r"USERS_(.+)_PASSWORD")
+
+
+def _set_user_password(data: dict, name: str, password: str, variable: str, problems: _Problems) -> None:
+    """BINLOG_RELAY_USERS_<NAME>_PASSWORD: the password of the user of that name (any case), in
+    place of the password, hash or file the configuration gives it."""
+    users = data.get("users")
+    entry = next((u for u in users if isinstance(u, dict) and str(u.get("name", "")).upper() == name.upper()),
+                 None) if isinstance(users, list) else None
+    if entry is None:
+        problems.add("", f"{variable}: no user named {name.lower()!r} in users")
+        return
+    for key in ("password_hash", "password_file"):
+        entry.pop(key, None)
+    entry["password"] = password
+
+
 def _unknown_variable_reason(variable: str) -> str:
     if variable == ENV_PREFIX + "USERS" or variable.startswith(ENV_PREFIX + "USERS_"):
-        return "users cannot be set from the environment"
+        return "users cannot be set from the environment, but their passwords can: BINLOG_RELAY_USERS_<NAME>_PASSWORD"
     # Compared without the common prefix, which would make every name look alike.
     names = {name.removeprefix(ENV_PREFIX): name for name in _ENV_KEYS}
     close = difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), list(names), n=1)

@@ -282,8 +282,8 @@ def test_non_string_keys_are_errors():
 
 @pytest.mark.parametrize("user, expected", [
     ({"name": "r", "password": "p", "password_hash": "*" + "0" * 40},
-     "users[0]: give either password or password_hash, not both"),
-    ({"name": "r"}, "users[0]: give password or password_hash"),
+     "users[0]: give one of password, password_hash and password_file, not password and password_hash"),
+    ({"name": "r"}, "users[0]: give password, password_hash or password_file"),
     ({"password": "p"}, "users[0].name: required key is missing"),
     ({"name": "r", "password_hash": "14E65567ABDB5135D0CFD9A70B3032C179A49EE7"},
      "users[0].password_hash: expected '*' followed by 40 hex digits (the form PASSWORD() returns)"),
@@ -500,9 +500,9 @@ def test_env_password_and_password_file_together_conflict(tmp_path):
     ("BINLOG_RELAY_LISTEN", "x",
      "BINLOG_RELAY_LISTEN: unknown configuration variable (did you mean BINLOG_RELAY_LISTEN_PORT?)"),
     ("BINLOG_RELAY_COLOUR", "x", "BINLOG_RELAY_COLOUR: unknown configuration variable"),
-    ("BINLOG_RELAY_USERS", "x", "BINLOG_RELAY_USERS: users cannot be set from the environment"),
-    ("BINLOG_RELAY_USERS_0_PASSWORD", "x",
-     "BINLOG_RELAY_USERS_0_PASSWORD: users cannot be set from the environment"),
+    ("BINLOG_RELAY_USERS", "x", "BINLOG_RELAY_USERS: users cannot be set from the environment, but their "
+     "passwords can: BINLOG_RELAY_USERS_<NAME>_PASSWORD"),
+    ("BINLOG_RELAY_USERS_NOBODY_PASSWORD", "x", "BINLOG_RELAY_USERS_NOBODY_PASSWORD: no user named 'nobody' in users"),
 ])
 def test_env_errors_name_variable_and_key(variable, value, expected):
     assert errors_of(minimal(), {variable: value}) == [expected]
@@ -657,3 +657,15 @@ def test_candidate_hosts_instead_of_one_host():
     assert errors_of(data) == ["upstream.host: required key is missing (or give hosts, the candidate primaries)"]
     assert errors_of(with_(data, "upstream.hosts", [{"port": 3306}])) == [
         "upstream.hosts[0].host: required key is missing"]
+
+
+def test_a_users_password_from_a_file_or_the_environment(tmp_path):
+    users = [{"name": "repl", "password_file": str(write(tmp_path, "from-a-file\n", "pw"))},
+             {"name": "dba", "password_hash": "*" + "0" * 40}]
+    config = parse_config(with_(minimal(), "users", users), {})
+    assert config.users[0].password.reveal() == "from-a-file"
+    assert "from-a-file" not in repr(config)
+    overridden = parse_config(with_(minimal(), "users", users), {"BINLOG_RELAY_USERS_DBA_PASSWORD": "from-env"})
+    assert overridden.users[1].password.reveal() == "from-env" and overridden.users[1].password_hash is None
+    missing = with_(minimal(), "users", [{"name": "repl", "password_file": str(tmp_path / "nope")}])
+    assert errors_of(missing)[0].startswith("users[0].password_file: cannot read")
