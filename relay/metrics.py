@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterator
 
 import trio
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .binlog.events import event_name
@@ -112,6 +112,9 @@ class RelayCollector(Collector):
         yield _counter("stored_written_bytes", "Bytes appended to binlog files", self.relay_log.bytes_written)
         yield _counter("purged_files", "Binlog files removed by retention or PURGE BINARY LOGS",
                        self.relay_log.purged_files)
+        fsync = self.relay_log.fsync_seconds
+        yield HistogramMetricFamily(f"{PREFIX}_fsync_duration_seconds", "Time an fsync of a binlog file took",
+                                    buckets=fsync.cumulative(), sum_value=fsync.sum)
 
     def _size(self, name: str) -> int:
         try:
@@ -193,15 +196,9 @@ class Metrics:
         self.upstream = upstream
         self.registry = CollectorRegistry()
         self.registry.register(RelayCollector(upstream, relay_log, registry))
-        self.fsync_seconds = Histogram(f"{PREFIX}_fsync_duration_seconds", "Time an fsync of a binlog file took",
-                                       registry=self.registry,
-                                       buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1))
         self.port: int | None = None
 
     def render(self) -> bytes:
-        for seconds in self.relay_log.fsync_seconds:
-            self.fsync_seconds.observe(seconds)
-        self.relay_log.fsync_seconds.clear()
         return generate_latest(self.registry)
 
     def ready(self) -> tuple[bool, str]:

@@ -18,6 +18,7 @@ from typing import BinaryIO
 import trio
 
 from ..binlog import events as ev
+from ..stats import FSYNC_BUCKETS, Histogram
 from ..binlog.groups import GroupTracker
 from ..binlog.stream import ResumePoint, Segment
 from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
@@ -56,7 +57,7 @@ class RelayLog:
         self._last_sync = time.monotonic()
         self._last_checkpoint = time.monotonic()
         self._commit_event = trio.Event()
-        self.fsync_seconds: list[float] = []  # drained by metrics
+        self.fsync_seconds = Histogram(FSYNC_BUCKETS)  # bounded: read by metrics
         self.bytes_written = 0
         self.purged_files = 0
 
@@ -200,7 +201,7 @@ class RelayLog:
         try:
             started = time.monotonic()
             await trio.to_thread.run_sync(os.fsync, fd)
-            self.fsync_seconds.append(time.monotonic() - started)
+            self.fsync_seconds.observe(time.monotonic() - started)
         except OSError as exc:
             self._fsync_failed = True
             # After a failed fsync the kernel may have dropped the dirty pages: retrying could
@@ -261,7 +262,7 @@ class RelayLog:
         started = time.monotonic()
         os.fsync(self._fd)
         self._last_sync = time.monotonic()
-        self.fsync_seconds.append(self._last_sync - started)
+        self.fsync_seconds.observe(self._last_sync - started)
         self._durable_pos = self._write_pos
 
     def _write_checkpoint(self) -> None:

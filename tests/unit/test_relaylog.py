@@ -42,7 +42,7 @@ def test_segments_are_stored_byte_for_byte(tmp_path, sync):
     assert relay_log.committed == (NAME, len(BINLOG))
     # commit: fsync before the committed end moved; none: no fsync on the way (only at close)
     if sync != "interval":  # (interval depends on the clock)
-        assert (len(relay_log.fsync_seconds) > 0) == (sync == "commit")
+        assert (relay_log.fsync_seconds.count > 0) == (sync == "commit")
     relay_log.close()
     assert (tmp_path / NAME).read_bytes() == BINLOG
     assert read_index(tmp_path) == [NAME]
@@ -146,7 +146,7 @@ async def test_committer_publishes_only_after_its_fsync_and_shares_one_among_gro
     assert relay_log.committed == (NAME, 4), "committed before any fsync"
     with trio.fail_after(10):
         assert await relay_log.wait_for_commit((NAME, 4)) == (NAME, len(BINLOG))
-    assert len(relay_log.fsync_seconds) == 1
+    assert relay_log.fsync_seconds.count == 1
     relay_log.close()
     assert (tmp_path / NAME).read_bytes() == BINLOG
 
@@ -176,10 +176,10 @@ async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_r
     relay_log.keep_whole_groups()  # a lost upstream while the committer's fsync is in flight
     second_end = second.committed_end
     assert relay_log.committed == (NAME, second_end)
-    synced = len(relay_log.fsync_seconds)  # keep_whole_groups' own fsync among them
+    synced = relay_log.fsync_seconds.count  # keep_whole_groups' own fsync among them
     release.set()
     with trio.fail_after(10):
-        while len(relay_log.fsync_seconds) == synced:  # the committer is back from its fsync (and decided)
+        while relay_log.fsync_seconds.count == synced:  # the committer is back from its fsync (and decided)
             await trio.sleep(0.001)
     assert relay_log.committed == (NAME, second_end), "the late fsync moved the committed end back"
     relay_log.close()
@@ -206,3 +206,14 @@ async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeyp
     assert relay_log.committed == (NAME, 4)  # nothing acknowledged
     relay_log.close()  # nor at close: the written group is cut, not fsynced again and kept
     assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
+
+
+def test_fsync_figures_take_the_same_memory_however_many_fsyncs():
+    from relay.stats import FSYNC_BUCKETS, Histogram
+
+    histogram = Histogram(FSYNC_BUCKETS)
+    for i in range(100_000):
+        histogram.observe(i / 100_000)
+    assert len(histogram.counts) == len(FSYNC_BUCKETS) + 1 and histogram.count == 100_000
+    cumulative = histogram.cumulative()
+    assert cumulative[-1] == ("+Inf", 100_000) and cumulative[0] == ("0.0005", 51)  # 0 .. 0.0005 inclusive
