@@ -63,8 +63,9 @@ class RelayCollector(Collector):
         yield event_bytes
         last = stream.last_event_timestamp if stream else 0
         yield _gauge("upstream_last_event_timestamp_seconds", "Timestamp of the newest stored event", last)
-        yield _gauge("upstream_lag_seconds", "How far the stored binlog is behind the primary, from event and "
-                     "heartbeat timestamps", self._upstream_lag_seconds())
+        yield _gauge("upstream_lag_seconds", "As a replica's Seconds_Behind_Master: 0 when the relay is idle "
+                     "with everything received committed, else the age of the newest stored event (primary's "
+                     "clock)", self._upstream_lag_seconds())
         yield from self._failover()
 
     def _failover(self) -> Iterator[Family]:
@@ -85,17 +86,19 @@ class RelayCollector(Collector):
                        "(semi_sync.replica_timeout) and acknowledged alone", status.replica_ack_timeouts)
 
     def _upstream_lag_seconds(self) -> float:
-        stream = self.upstream.stream
+        """As a replica's Seconds_Behind_Master: 0 while the relay is idle, having committed all it
+        received and not reading a backlog (its last read did not fill the buffer); else the age
+        of the newest stored event, in the primary's clock."""
+        status = self.upstream
+        stream = status.stream
         if stream is None or not stream.last_event_timestamp:
             return 0.0
         committed = self.relay_log.committed
-        primary = stream.primary_position
-        if primary is not None and committed is not None and primary[0] == committed[0] \
-                and primary[1] <= committed[1]:
-            return 0.0  # the last heartbeat said the primary has nothing newer
-        if primary is None and not stream.inside_group:
-            return 0.0  # no heartbeat yet and nothing half-received: caught up as far as we know
-        return max(0.0, time.time() - stream.last_event_timestamp)
+        idle = not status.reading_backlog and not stream.inside_group and committed is not None \
+            and (committed[0], committed[1]) == (stream.file, stream.position)
+        if idle:
+            return 0.0
+        return max(0.0, time.time() - status.clock_difference - stream.last_event_timestamp)
 
     # ------------------------------------------------------------ storage
 

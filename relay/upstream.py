@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 import ssl
 import uuid
 from collections.abc import Callable
@@ -118,6 +119,8 @@ class UpstreamStatus:
     current: Candidate | None = None  # the candidate replicated from (or last tried)
     semi_sync: bool = False  # the current dump is semi-sync: the primary waits for the relay's ACKs
     semi_sync_acks: int = 0
+    clock_difference: float = 0.0  # this machine's clock minus the primary's, taken at connect
+    reading_backlog: bool = False  # the last read filled the whole buffer
     replica_ack_timeouts: int = 0  # ACKs sent without the replicas' after semi_sync.replica_timeout
     switches: int = 0  # times ingest moved to another candidate than the one before
     refusals: dict[str, int] = field(default_factory=dict)  # candidates refused, by reason
@@ -386,6 +389,10 @@ class Upstream:
             await conn.query(f"SET @slave_uuid = '{self._replica_uuid}', @replica_uuid = '{self._replica_uuid}'")
         checksum = (rows[0][0] or "NONE").upper() if rows else "NONE"
         alg = ev.CHECKSUM_CRC32 if checksum == "CRC32" else ev.CHECKSUM_OFF
+        clock = await conn.rows("SELECT UNIX_TIMESTAMP()")
+        if clock and clock[0][0] and clock[0][0].split(".")[0].isdigit():
+            # as a replica's clock_diff_with_master: event timestamps are in the primary's time
+            self.status.clock_difference = time.time() - int(clock[0][0].split(".")[0])
         self.status.checksum_alg = alg
         self.status.semi_sync = self.settings.semi_sync and await self._ask_for_semi_sync(conn, greeting.is_mariadb)
         return alg
@@ -530,6 +537,8 @@ class Upstream:
             if not data:
                 raise ConnectionError("the primary closed the connection")
             self.status.bytes_received += len(data)
+            # A full buffer means the socket had more waiting: the relay is reading a backlog.
+            self.status.reading_backlog = len(data) >= RECEIVE_SIZE
             try:
                 segments = receive_segments(data)
             except ServerError as exc:
