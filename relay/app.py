@@ -71,7 +71,7 @@ class Relay:
             retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
             self.replica_book.needed)
         self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
-        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
+        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry, config.upstream.unready_after)
 
     async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
         try:

@@ -453,6 +453,8 @@ class UpstreamConfig:
                                               "replicas (loop filter; storage keeps them).", ())
     heartbeat_period: float = _opt(_Seconds(4294967), "Heartbeat interval the primary is asked for.", 15.0)
     connect_timeout: float = _opt(_Seconds(), "Timeout for connecting and logging in.", 10.0)
+    unready_after: float = _opt(_Seconds(), "How long ingest may fail (reconnecting with back-off) before /readyz "
+                                "answers 503.", 60.0)
     reconnect: ReconnectConfig = _section(ReconnectConfig, "Reconnect back-off.")
     ssl: UpstreamSSL = _section(UpstreamSSL, "TLS to the primary.")
     semi_sync: bool = _opt(_Bool(), "Be a semi-sync replica of a primary that runs semi-sync, acknowledging each "

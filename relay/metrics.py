@@ -194,9 +194,11 @@ def _file_number(name: str) -> int:
 class Metrics:
     """The collector registry and the HTTP endpoint."""
 
-    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry,
+                 unready_after: float = 60.0) -> None:
         self.relay_log = relay_log
         self.upstream = upstream
+        self.unready_after = unready_after
         self.registry = CollectorRegistry()
         self.registry.register(RelayCollector(upstream, relay_log, registry))
         self.port: int | None = None
@@ -205,11 +207,19 @@ class Metrics:
         return generate_latest(self.registry)
 
     def ready(self) -> tuple[bool, str]:
+        """Serving, and ingest working or failing for less than upstream.unready_after (its
+        back-off); the reason when not."""
         if not os.access(self.relay_log.data_dir, os.W_OK):
             return False, f"data_dir {self.relay_log.data_dir} is not writable"
-        if not self.upstream.connected and not self.relay_log.files:
+        status = self.upstream
+        if status.connected or status.failing_since is None:
+            return True, "ready"
+        failing = time.monotonic() - status.failing_since
+        if failing > self.unready_after:
+            return False, f"ingest has been failing for {failing:.0f}s: {status.last_error or 'not connected yet'}"
+        if not self.relay_log.files:
             return False, "not connected to the primary and nothing stored to serve yet"
-        return True, "ready"
+        return True, f"ready; reconnecting to the primary for {failing:.0f}s"
 
     async def serve(self, host: str, port: int,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

@@ -121,6 +121,8 @@ class UpstreamStatus:
     semi_sync_acks: int = 0
     clock_difference: float = 0.0  # this machine's clock minus the primary's, taken at connect
     reading_backlog: bool = False  # the last read filled the whole buffer
+    # time.monotonic() when ingest last stopped working (or the relay started), None while it works
+    failing_since: float | None = field(default_factory=time.monotonic)
     replica_ack_timeouts: int = 0  # ACKs sent without the replicas' after semi_sync.replica_timeout
     switches: int = 0  # times ingest moved to another candidate than the one before
     refusals: dict[str, int] = field(default_factory=dict)  # candidates refused, by reason
@@ -241,6 +243,8 @@ class Upstream:
                 self.status.reconnects += 1
 
     def _lost(self) -> None:
+        if self.status.failing_since is None:
+            self.status.failing_since = time.monotonic()
         self.status.connected = False
         self.status.connected_event = trio.Event()
         self.relay_log.keep_whole_groups()
@@ -256,6 +260,7 @@ class Upstream:
                 stream = await self._start_mirror_dump(conn, checksum_alg)
             self.status.stream = stream
             self.status.connected = True
+            self.status.failing_since = None
             self.status.connected_event.set()
             await self._ingest(conn, stream)
         finally:

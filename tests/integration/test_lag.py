@@ -9,7 +9,7 @@ import signal
 import time
 
 from tests.support.mariadb import free_port, wait_for
-from tests.support.metrics import Scrape, start_relay
+from tests.support.metrics import Scrape, http_get, start_relay
 from tests.support.relay import mirror_differences, wait_for_mirror
 from tests.support.replication import WriteLoad
 
@@ -42,4 +42,24 @@ def test_the_lag_is_the_age_of_what_is_stored_while_behind_and_zero_when_caught_
         wait_for(lambda: Scrape.fetch(metrics_port).require(LAG) == 0, 10, "a caught-up relay reports lag")
     finally:
         os.kill(relay.pid, signal.SIGCONT)
+        assert relay.stop() == 0
+
+
+def test_readyz_turns_503_when_ingest_fails_longer_than_the_bound_and_back(mariadb_factory, tmp_path):
+    primary = mariadb_factory(server_id=1)
+    metrics_port = free_port()
+    relay = start_relay(tmp_path / "relay", primary.port, metrics_port=metrics_port,
+                        upstream={"unready_after": 3, "heartbeat_period": 0.5})
+    try:
+        wait_for_mirror(primary, relay)
+        assert http_get(metrics_port, "/readyz") == (200, "ready\n")
+        primary.stop()
+        wait_for(lambda: http_get(metrics_port, "/readyz")[1].startswith("ready; reconnecting"), 10,
+                 "no grace while reconnecting")  # within the bound
+        wait_for(lambda: http_get(metrics_port, "/readyz")[0] == 503, 20, "readyz stayed 200")
+        assert "ingest has been failing for" in http_get(metrics_port, "/readyz")[1]
+        assert http_get(metrics_port, "/healthz")[0] == 200  # alive all the same
+        primary.start()
+        wait_for(lambda: http_get(metrics_port, "/readyz") == (200, "ready\n"), 30, "readyz did not recover")
+    finally:
         assert relay.stop() == 0
