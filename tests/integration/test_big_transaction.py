@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, find_program
 from tests.support.relay import RelayProcess, relay_config, wait_for_mirror
+from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+    FIRST_FILE,
+    assert_same_data,
+    attach_replica,
+    binlog_events,
+    relay_factory,
+    wait_caught_up,
+)
 
 RSS_LIMIT = 200 * 1024 * 1024
 
@@ -29,3 +39,28 @@ def test_one_gigabyte_transaction_in_bounded_memory(mariadb_factory, tmp_path):
         assert peak < RSS_LIMIT, f"relay peak RSS {peak / 2**20:.1f} MiB"
     finally:
         assert relay.stop() == 0
+
+
+def test_an_event_over_16_mb_reaches_a_real_replica_and_mariadb_binlog(mariadb_factory, relay_factory, tmp_path):
+    """A 40 MB row is one rows event of more than 16 MB: it travels as several packet chunks."""
+    primary = mariadb_factory(server_id=1)
+    replica = mariadb_factory(server_id=2)
+    relay = relay_factory("relay", primary.port)
+    attach_replica(replica, relay.port)
+    primary.execute_many(["CREATE DATABASE big", "CREATE TABLE big.t (id INT PRIMARY KEY, v LONGBLOB)",
+                          "INSERT INTO big.t VALUES (1, REPEAT('r', 40 * 1024 * 1024))"])
+    events = binlog_events(primary.binlog_path(primary.master_status()[0]))
+    assert max(event.length for event in events) > 40 * 1024 * 1024
+    wait_caught_up(primary, replica, timeout=120)
+    assert_same_data(primary, replica)
+    # mariadb-binlog downloads the file through the relay, and through the primary: same bytes
+    copies = {}
+    for name, port in (("relay", relay.port), ("primary", primary.port)):
+        out = tmp_path / f"download-{name}"
+        out.mkdir()
+        subprocess.run([find_program("mariadb-binlog"), "--read-from-remote-server", "--raw", "--host=127.0.0.1",
+                        f"--port={port}", f"--user={REPL_USER}", f"--password={REPL_PASSWORD}",
+                        f"--result-file={out}/", "--to-last-log", FIRST_FILE], check=True, timeout=120,
+                       capture_output=True)
+        copies[name] = (out / FIRST_FILE).read_bytes()
+    assert len(copies["relay"]) > 40 * 1024 * 1024 and copies["relay"] == copies["primary"]
