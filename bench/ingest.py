@@ -113,8 +113,8 @@ async def _child_ingest(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_written": relay_log.bytes_written,
         "bytes_received": upstream.status.bytes_received,
         "events_stored": _events_stored(stream),
-        "fsyncs": len(relay_log.fsync_seconds),
-        "fsync_s": sum(relay_log.fsync_seconds),
+        "fsyncs": relay_log.fsync_seconds.count,
+        "fsync_s": relay_log.fsync_seconds.sum,
         "reconnects": upstream.status.reconnects,
         "last_error": upstream.status.last_error,
     }
