@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from ..protocol import server as proto
-from ..protocol.packets import ER_NET_PACKET_TOO_LARGE, PACKET_TOO_LARGE_MESSAGE, PacketTooLarge
+from ..protocol.packets import PacketTooLarge
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from . import queries
@@ -191,8 +191,7 @@ async def handle_connection(stream: trio.abc.Stream, context: SessionContext, pe
     except PacketTooLarge as exc:
         context.registry.protocol_error("packet_too_large")
         log.warning("downstream %s: %s; closing", peer, exc)
-        with trio.move_on_after(1):  # a client that does not read its error is not waited for
-            session.conn.send_error(ER_NET_PACKET_TOO_LARGE, PACKET_TOO_LARGE_MESSAGE, "08S01")
+        with trio.move_on_after(1):  # the ERR 1153 the connection queued; a client not reading is not waited for
             await session.flush()
     except proto.ProtocolError as exc:
         context.registry.protocol_error("malformed")

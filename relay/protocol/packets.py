@@ -21,12 +21,14 @@ class ProtocolError(Exception):
 
 
 class PacketTooLarge(ProtocolError):
-    """A packet over the reader's limit, refused from its header before its body is buffered."""
+    """A packet over the reader's limit, refused from its header before its body is buffered.
+    ``seq`` is the sequence id of the refused chunk: the error reply takes the one after it."""
 
-    def __init__(self, length: int, limit: int) -> None:
-        super().__init__(f"a packet of {length} bytes or more, over the limit of {limit}")
+    def __init__(self, length: int, limit: int, seq: int = 0, which_limit: str = "") -> None:
+        super().__init__(f"a packet of {length} bytes or more, over the limit of {limit} bytes{which_limit}")
         self.length = length
         self.limit = limit
+        self.seq = seq
 
 
 ER_NET_PACKET_TOO_LARGE = 1153
@@ -176,7 +178,7 @@ class PacketReader:
             return None
         low, high, seq = _U24_SEQ.unpack_from(self._buf, self._pos)
         length = low | (high << 16)
-        self._check_size(length)
+        self._check_size(length, seq)
         if length == MAX_CHUNK:
             return self._next_multi_chunk_packet()
         if not self._ensure(4 + length):
@@ -199,7 +201,7 @@ class PacketReader:
             seqs.append(seq)
             offset += 4 + length
             total_needed += length
-            self._check_size(total_needed)
+            self._check_size(total_needed, seq)
             if not self._ensure(offset):
                 return None
             if length < MAX_CHUNK:
@@ -215,9 +217,9 @@ class PacketReader:
         self._pos = pos
         return memoryview(b"".join(parts))
 
-    def _check_size(self, length: int) -> None:
+    def _check_size(self, length: int, seq: int) -> None:
         if self.max_packet is not None and length > self.max_packet:
-            raise PacketTooLarge(length, self.max_packet)
+            raise PacketTooLarge(length, self.max_packet, seq)
 
     def _check_seq(self, seq: int) -> None:
         if self.check_seq and seq != self.next_seq:

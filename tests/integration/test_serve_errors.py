@@ -8,6 +8,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -369,34 +370,64 @@ def test_a_second_dump_with_the_same_server_id_ends_the_first(mariadb_factory, r
     served.finish()
 
 
-def _send_huge_packet(port: int, size: int, after_login: bool) -> tuple[bytes, int]:
-    """Announce one packet of ``size`` bytes (16 MB chunks) and push its bytes until the relay
-    answers or closes; returns (what it answered, bytes pushed)."""
-    client = RawClient(port) if after_login else None  # logged in: the next packet is a command (seq 0)
-    with client.sock if client else socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        reader = PacketReader()
+def _send_huge_packet(port: int, size: int, after_login: bool) -> tuple[bytes, str, int]:
+    """Send one packet of ``size`` bytes as a client does (16 MB chunks with consecutive sequence
+    ids), before the login (in place of the handshake response) or after it (as a command), while
+    a thread reads what the server answers. Returns (the first packet of the answer, how the
+    connection ended: "closed" or "open", bytes pushed before the server stopped taking them)."""
+    client = RawClient(port) if after_login else None
+    sock = client.sock if client else socket.create_connection(("127.0.0.1", port), timeout=10)
+    with sock:
         if client is None:
-            sock.recv(65536)  # the greeting; the handshake response would be packet 1
+            sock.recv(65536)  # the greeting (sequence id 0)
+        received: list[bytes] = []
+        ended: list[str] = []
+
+        def read() -> None:
+            # Read while sending: a server that closes with unread bytes resets the connection,
+            # and an answer still unread on this side could be lost with it.
+            try:
+                while data := sock.recv(65536):
+                    received.append(data)
+                ended.append("closed")
+            except ConnectionResetError:
+                ended.append("closed")
+            except OSError:  # the socket timeout: the server kept the connection open
+                ended.append("open")
+
+        reader_thread = threading.Thread(target=read)
+        reader_thread.start()
         seq = 0 if client else 1
         pushed = 0
-        chunk = bytes(1 << 16)
+        body = bytes(0xFFFFFF)
         try:
-            sock.sendall(struct.pack("<I", 0xFFFFFF | (seq << 24)))
-            while pushed < size:
-                pushed += sock.send(chunk)
+            left = size
+            while True:
+                length = min(left, 0xFFFFFF)
+                sock.sendall(struct.pack("<I", length | ((seq & 0xFF) << 24)) + body[:length])
+                pushed += length
+                left -= length
+                seq += 1
+                if length < 0xFFFFFF:
+                    break
         except OSError:
-            pass  # the relay closed the connection while we were still sending
-        reply = b""
-        try:
-            while data := sock.recv(65536):
-                reply += data
-        except OSError:
-            pass
-        reader.next_seq = seq + 1
+            pass  # the server closed the connection while we were still sending
+        reader_thread.join(30)
+        assert ended, "the reader did not finish"
+        reader = PacketReader()
         reader.check_seq = False
-        reader.feed(reply)
+        reader.feed(b"".join(received))
         first = reader.next_packet()
-        return (bytes(first) if first is not None else b""), pushed
+        return (bytes(first) if first is not None else b""), ended[0], pushed
+
+
+def _refusal(reply: bytes) -> tuple[int, str, str]:
+    assert is_err(reply), reply[:40]
+    error = parse_err(reply)
+    return error.code, error.sqlstate, error.message
+
+
+ER_NET_PACKET_TOO_LARGE = (1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes")
 
 
 @pytest.mark.parametrize("after_login", [False, True], ids=["before-login", "after-login"])
@@ -404,12 +435,30 @@ def test_a_packet_over_the_limit_is_refused_before_it_is_buffered(mariadb_factor
     # before the login the limit is 16K; after it listen.max_packet (1M here)
     served = Served(mariadb_factory, relay_factory, listen={"max_packet": "1M"})
     rss_before = served.relay.peak_rss_bytes()
-    reply, pushed = _send_huge_packet(served.relay.port, 64 << 20, after_login)
-    assert is_err(reply), reply[:40]
-    error = parse_err(reply)
-    assert (error.code, error.sqlstate, error.message) == (1153, "08S01",
-                                                           "Got a packet bigger than 'max_allowed_packet' bytes")
+    reply, ended, pushed = _send_huge_packet(served.relay.port, 64 << 20, after_login)
+    assert _refusal(reply) == ER_NET_PACKET_TOO_LARGE and ended == "closed"
     assert pushed < 64 << 20  # refused from the header: the rest was never read
-    assert served.relay.peak_rss_bytes() - rss_before < 8 << 20
+    grown = served.relay.peak_rss_bytes() - rss_before
+    assert grown < 8 << 20, f"the relay's peak RSS grew by {grown / 2**20:.1f} MiB"
     served.still_replicates(f"after a 64 MiB packet {'after' if after_login else 'before'} the login")
     served.finish()
+    assert "over the limit of" in served.relay.log_text()
+
+
+def test_mariadb_refuses_an_oversized_packet_as_the_relay_does(mariadb_factory, relay_factory):
+    """The primary is the oracle: mariadbd with its default max_allowed_packet (16M) and the relay
+    with its default listen.max_packet (16M) get the same 64 MiB packet."""
+    primary = mariadb_factory(server_id=1, extra_args=["--max-allowed-packet=16M"])
+    assert primary.sql("SELECT @@GLOBAL.max_allowed_packet") == [(16 << 20,)]
+    relay = relay_factory("relay", primary.port)
+    # Before the login: the same error, and both close. (mariadbd reads up to max_allowed_packet
+    # first, so its reply comes a chunk later; the relay refuses at 16K, from the first header.)
+    replies = {name: _send_huge_packet(port, 64 << 20, after_login=False)
+               for name, port in (("primary", primary.port), ("relay", relay.port))}
+    for name, (reply, ended, _) in replies.items():
+        assert (_refusal(reply), ended) == (ER_NET_PACKET_TOO_LARGE, "closed"), name
+    # After the login both limits are 16M: the same reply, byte for byte (sequence id included).
+    replies = {name: _send_huge_packet(port, 64 << 20, after_login=True)
+               for name, port in (("primary", primary.port), ("relay", relay.port))}
+    assert replies["relay"][:2] == replies["primary"][:2]
+    assert (_refusal(replies["relay"][0]), replies["relay"][1]) == (ER_NET_PACKET_TOO_LARGE, "closed")
