@@ -1,4 +1,4 @@
-"""binlog-relay command line: run | check-config | demo | hash-password | export | --version."""
+"""binlog-relay command line: run | check-config | demo | hash-password | export | import | --version."""
 
 from __future__ import annotations
 
@@ -85,6 +85,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return export(args)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from .storage.files import DataDirError
+    from .storage.importer import import_binlogs
+
+    try:
+        result = import_binlogs(args.data_dir, args.files)
+    except DataDirError as err:  # the importer's refusals and an unusable data_dir alike
+        print(f"binlog-relay import: {err}; nothing was imported", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"binlog-relay import: {err}; nothing was imported", file=sys.stderr)
+        return 1
+    size = sum(f.size for f in result.imported)
+    print(f"imported {len(result.imported)} file(s), {size} bytes, into {result.data_dir} "
+          f"(origin server_id {result.imported[-1].origin_server_id}; now {result.files[0]} .. {result.files[-1]})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
@@ -108,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  "with Spark (needs the spark extra)")
     export_arguments(export)
     export.set_defaults(handler=cmd_export)
+    imp = commands.add_parser("import", help="seed or extend a data_dir from binlog files, each event checked "
+                              "(CRC32, positions, one origin server, files in order); all or nothing")
+    imp.add_argument("--data-dir", required=True, help="the relay's data_dir (created if missing)")
+    imp.add_argument("files", nargs="+", metavar="FILE", help="binlog files, oldest first")
+    imp.set_defaults(handler=cmd_import)
     return parser
 
 
