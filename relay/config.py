@@ -13,7 +13,8 @@ upper-cased, ``.`` -> ``_``), e.g. ``BINLOG_RELAY_UPSTREAM_PASSWORD``, ``BINLOG_
 The value is read as a YAML scalar and then checked like the file's value; keys that hold strings
 (hosts, paths, passwords, enums) take the text verbatim, list keys take comma-separated values,
 and an empty value means null (the key's default).  Setting ``password`` from the environment
-drops a ``password_file`` given in the file, and vice versa.  ``users`` cannot be overridden.
+drops a ``password_file`` given in the file, and vice versa.  ``users`` cannot be overridden,
+but each user's password can, the same way: ``BINLOG_RELAY_USERS_<NAME>_PASSWORD[_FILE]``.
 """
 
 from __future__ import annotations
@@ -482,12 +483,14 @@ class ListenConfig:
 @dataclass(frozen=True, kw_only=True)
 class UserConfig:
     name: str = _opt(_Str(), "User name a replica logs in with.")
-    password: Secret | None = _opt(_SecretStr(), "Its password (or give password_hash).", None, nullable=True)
+    password: Secret | None = _opt(_SecretStr(), "Its password (or give password_hash or password_file).",
+                                   None, nullable=True)
     # Not a Secret (it is what mysql.user shows), but kept out of repr all the same.
     password_hash: str | None = _opt(_NativeHash(), "mysql_native_password hash, '*' + 40 hex digits.",
                                      None, nullable=True, repr=False)
     password_file: str | None = _opt(_Str("path"), "File holding the password, read at load time (one trailing "
-                                     "newline stripped); or the environment: BINLOG_RELAY_USERS_<NAME>_PASSWORD.",
+                                     "newline stripped). From the environment: BINLOG_RELAY_USERS_<NAME>_PASSWORD or "
+                                     "_PASSWORD_FILE (NAME upper-cased, other characters than A-Z and 0-9 as _).",
                                      None, nullable=True)
     admin: bool = _opt(_Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary).", False)
 
@@ -808,11 +811,13 @@ def _apply_environment(data: dict, environ: Mapping[str, str], problems: _Proble
     """A copy of ``data`` with the BINLOG_RELAY_* overrides applied."""
     data = copy.deepcopy(data)
     overridden: dict[tuple[str, ...], _Option] = {}
+    user_passwords: dict[str, dict[str, tuple[str, str]]] = {}  # NAME -> key -> (variable, value)
     for variable in sorted(environ):
         if not variable.startswith(ENV_PREFIX):
             continue
         if (user := _USER_PASSWORD_VARIABLE.fullmatch(variable)) is not None:
-            _set_user_password(data, user.group(1), environ[variable], variable, problems)
+            key = "password_file" if user.group(2) else "password"
+            user_passwords.setdefault(user.group(1), {})[key] = (variable, environ[variable])
             continue
         if variable not in _ENV_KEYS:
             problems.add("", f"{variable}: {_unknown_variable_reason(variable)}")
@@ -824,29 +829,48 @@ def _apply_environment(data: dict, environ: Mapping[str, str], problems: _Proble
             problems.env_sources[".".join(path)] = variable
             overridden[path] = option
     _drop_excluded_siblings(data, overridden)
+    for name, given in user_passwords.items():
+        _set_user_password(data, name, given, problems)
     return data
 
 
-_USER_PASSWORD_VARIABLE = re.compile(re.escape(ENV_PREFIX) + r"USERS_(.+)_PASSWORD")
+# BINLOG_RELAY_USERS_<NAME>_PASSWORD and _PASSWORD_FILE, as BINLOG_RELAY_UPSTREAM_PASSWORD[_FILE].
+_USER_PASSWORD_VARIABLE = re.compile(re.escape(ENV_PREFIX) + r"USERS_(.+)_PASSWORD(_FILE)?")
 
 
-def _set_user_password(data: dict, name: str, password: str, variable: str, problems: _Problems) -> None:
-    """BINLOG_RELAY_USERS_<NAME>_PASSWORD: the password of the user of that name (any case), in
-    place of the password, hash or file the configuration gives it."""
-    users = data.get("users")
-    entry = next((u for u in users if isinstance(u, dict) and str(u.get("name", "")).upper() == name.upper()),
-                 None) if isinstance(users, list) else None
-    if entry is None:
-        problems.add("", f"{variable}: no user named {name.lower()!r} in users")
+def user_env_name(name: str) -> str:
+    """The <NAME> of a user's environment variables: upper case, each character other than a
+    letter or digit as '_' (shells and Kubernetes take only those in a variable name)."""
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def _set_user_password(data: dict, name: str, given: dict[str, tuple[str, str]], problems: _Problems) -> None:
+    """The password (or password file) of the user whose name gives <NAME>, in place of the
+    password, hash or file the configuration gives it; both from the environment is a conflict,
+    reported as for the file (a user with password and password_file)."""
+    users = data.get("users") if isinstance(data.get("users"), list) else []
+    matches = [(i, u) for i, u in enumerate(users)
+               if isinstance(u, dict) and user_env_name(str(u.get("name", ""))) == name]
+    variables = " and ".join(variable for variable, _ in given.values())
+    if not matches:
+        problems.add("", f"{variables}: no user named {name.lower()!r} in users")
         return
-    for key in ("password_hash", "password_file"):
+    if len(matches) > 1:
+        names = " and ".join(repr(str(u.get("name"))) for _, u in matches)
+        problems.add("", f"{variables}: users {names} have the same variable name; rename one")
+        return
+    index, entry = matches[0]
+    for key in ("password", "password_hash", "password_file"):
         entry.pop(key, None)
-    entry["password"] = password
+    for key, (variable, value) in given.items():
+        entry[key] = value
+        problems.env_sources[f"users[{index}].{key}"] = variable
 
 
 def _unknown_variable_reason(variable: str) -> str:
     if variable == ENV_PREFIX + "USERS" or variable.startswith(ENV_PREFIX + "USERS_"):
-        return "users cannot be set from the environment, but their passwords can: BINLOG_RELAY_USERS_<NAME>_PASSWORD"
+        return ("users cannot be set from the environment, but their passwords can: "
+                "BINLOG_RELAY_USERS_<NAME>_PASSWORD or _PASSWORD_FILE")
     # Compared without the common prefix, which would make every name look alike.
     names = {name.removeprefix(ENV_PREFIX): name for name in _ENV_KEYS}
     close = difflib.get_close_matches(variable.removeprefix(ENV_PREFIX), list(names), n=1)

@@ -501,7 +501,7 @@ def test_env_password_and_password_file_together_conflict(tmp_path):
      "BINLOG_RELAY_LISTEN: unknown configuration variable (did you mean BINLOG_RELAY_LISTEN_PORT?)"),
     ("BINLOG_RELAY_COLOUR", "x", "BINLOG_RELAY_COLOUR: unknown configuration variable"),
     ("BINLOG_RELAY_USERS", "x", "BINLOG_RELAY_USERS: users cannot be set from the environment, but their "
-     "passwords can: BINLOG_RELAY_USERS_<NAME>_PASSWORD"),
+     "passwords can: BINLOG_RELAY_USERS_<NAME>_PASSWORD or _PASSWORD_FILE"),
     ("BINLOG_RELAY_USERS_NOBODY_PASSWORD", "x", "BINLOG_RELAY_USERS_NOBODY_PASSWORD: no user named 'nobody' in users"),
 ])
 def test_env_errors_name_variable_and_key(variable, value, expected):
@@ -669,3 +669,26 @@ def test_a_users_password_from_a_file_or_the_environment(tmp_path):
     assert overridden.users[1].password.reveal() == "from-env" and overridden.users[1].password_hash is None
     missing = with_(minimal(), "users", [{"name": "repl", "password_file": str(tmp_path / "nope")}])
     assert errors_of(missing)[0].startswith("users[0].password_file: cannot read")
+
+
+def test_a_users_password_file_from_the_environment_as_the_upstreams(tmp_path):
+    # The same rules as BINLOG_RELAY_UPSTREAM_PASSWORD[_FILE]: one from the environment replaces
+    # the password, hash or file the file gives; both from the environment conflict.
+    path = write(tmp_path, "from-a-mounted-secret\n", "pw")
+    users = [{"name": "repl-user.1", "password": "in-the-file"}]
+    config = parse_config(with_(minimal(), "users", users), {"BINLOG_RELAY_USERS_REPL_USER_1_PASSWORD_FILE": str(path)})
+    assert config.users[0].password.reveal() == "from-a-mounted-secret"
+    assert config.users[0].password_file == str(path)
+    both = {"BINLOG_RELAY_USERS_REPL_USER_1_PASSWORD_FILE": str(path), "BINLOG_RELAY_USERS_REPL_USER_1_PASSWORD": "x"}
+    assert errors_of(with_(minimal(), "users", users), both) == [
+        "users[0]: give one of password, password_hash and password_file, not password and password_file"]
+    missing = {"BINLOG_RELAY_USERS_REPL_USER_1_PASSWORD_FILE": str(tmp_path / "nope")}
+    assert errors_of(with_(minimal(), "users", users), missing) == [
+        f"users[0].password_file (from BINLOG_RELAY_USERS_REPL_USER_1_PASSWORD_FILE): cannot read "
+        f"{str(tmp_path / 'nope')!r}: No such file or directory"]
+
+
+def test_two_users_with_one_variable_name_are_named():
+    users = [{"name": "a-b", "password": "p"}, {"name": "a.b", "password": "q"}]
+    assert errors_of(with_(minimal(), "users", users), {"BINLOG_RELAY_USERS_A_B_PASSWORD": "x"}) == [
+        "BINLOG_RELAY_USERS_A_B_PASSWORD: users 'a-b' and 'a.b' have the same variable name; rename one"]
