@@ -359,7 +359,12 @@ def test_nothing_secret_outside_secrets(rendered: Rendered) -> None:
     for data in rendered.secrets().values():
         credentials.append(data["upstream-password"])
         for user in yaml.safe_load(data["users.yaml"])["users"]:
-            credentials.append(user.get("password") or user["password_hash"])
+            credentials.append(expected_password(data, user) or user["password_hash"])
+    # The chart-created Secret keeps each password under a key of its own (mounted as a file, the
+    # user's password_file): the users file, pasted into the configuration, holds none.
+    if not rendered.values.get("auth", {}).get("existingSecret"):
+        users = yaml.safe_load(rendered.secrets()[FULLNAME]["users.yaml"])["users"]
+        assert all("password" not in user for user in users), users
     for credential in filter(None, credentials):
         assert credential not in not_secrets, "a credential outside the Secret"
 
@@ -426,6 +431,18 @@ def test_prometheus_rule(rendered: Rendered) -> None:
 
 
 # ------------------------------------------------------------------ what the pod really reads
+
+
+SECRET_DIR = "/etc/binlog-relay/secret"  # where both containers mount the credentials Secret
+
+
+def expected_password(secret: dict[str, str], user: dict[str, Any]) -> str | None:
+    """A users.yaml entry's password: given, or in the Secret's key its password_file names."""
+    if "password_file" in user:
+        directory, key = user["password_file"].rsplit("/", 1)
+        assert directory == SECRET_DIR, user["password_file"]
+        return secret[key]
+    return user.get("password")
 
 
 def resolve_env(rendered: Rendered, container: dict[str, Any], pod_name: str) -> dict[str, str]:
@@ -501,6 +518,9 @@ def run_init_container(rendered: Rendered, ordinal: int, tmp_path: Path) -> tupl
     assert init["image"] == rendered.container("relay")["image"]
     pod_name = f"{FULLNAME}-{ordinal}"
     mounts = mount_volumes(rendered, init, tmp_path / "volumes")
+    # The users file's password_file paths lead into the Secret's mount, here a directory of the test.
+    for path in mounts[SECRET_DIR].iterdir():
+        path.write_text(path.read_text().replace(SECRET_DIR, str(mounts[SECRET_DIR])))
     shell, flag, script = init["command"]
     assert (shell, flag) == ("/bin/sh", "-c")
     env = {"PATH": f"{relay_shim(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
@@ -557,8 +577,10 @@ def test_pod_config_passes_the_relays_check(rendered: Rendered, tmp_path: Path) 
         expected_users = yaml.safe_load(secret["users.yaml"])["users"]
         assert [user.name for user in config.users] == [user["name"] for user in expected_users]
         for user, expected in zip(config.users, expected_users):
-            if "password" in expected:
-                assert user.password.reveal() == expected["password"]
+            if "password_file" in expected:  # a file the relay container reads at start
+                assert SECRET_DIR in {m["mountPath"] for m in relay["volumeMounts"]}
+            if expected_password(secret, expected) is not None:
+                assert user.password.reveal() == expected_password(secret, expected)
             else:
                 assert user.password_hash == expected["password_hash"]
         # TLS files are where the relay container mounts them.
@@ -575,10 +597,13 @@ def test_pod_config_passes_the_relays_check(rendered: Rendered, tmp_path: Path) 
             assert env[var["name"]] == var["value"]
 
 
-def test_rendered_config_parses_in_process(rendered: Rendered) -> None:
+def test_rendered_config_parses_in_process(rendered: Rendered, tmp_path: Path) -> None:
     """The same without the shell: ConfigMap + users + the pod's overrides through parse_config."""
     configmap = yaml.safe_load(rendered.one("ConfigMap", FULLNAME)["data"]["config.yaml"])
     secret = rendered.secrets()[rendered.values.get("auth", {}).get("existingSecret") or FULLNAME]
+    for key, value in secret.items():  # the Secret as mounted, for the users' password_file
+        (tmp_path / key).write_text(value)
+    secret = {**secret, "users.yaml": secret["users.yaml"].replace(SECRET_DIR, str(tmp_path))}
     base = int(next(v["value"] for v in rendered.container("config")["env"] if v["name"] == "SERVER_ID_BASE"))
     assert base == rendered.values["config"].get("server_id", 1001)
     data = {"server_id": base + rendered.statefulset["spec"]["replicas"] - 1, **configmap,

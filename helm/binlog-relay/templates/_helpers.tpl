@@ -161,11 +161,26 @@ manages (data_dir, TLS file paths). The init container prepends server_id and ap
 {{- end }}
 
 {{/*
-The users file kept in the chart-created Secret: the relay's own `users` list.
+The users file kept in the chart-created Secret: the relay's own `users` list, where a password
+is a password_file: the Secret's key of its own, mounted as a file in both containers, so the
+password itself never enters the assembled configuration file.
 */}}
 {{- define "binlog-relay.usersYaml" -}}
-{{- toYaml (dict "users" .Values.auth.users) }}
+{{- $users := list }}
+{{- range $i, $u := .Values.auth.users }}
+{{- $user := omit $u "password" }}
+{{- if not (kindIs "invalid" (index $u "password")) }}
+{{- $_ := set $user "password_file" (printf "%s/%s" (include "binlog-relay.secretDir" $) (include "binlog-relay.userPasswordKey" $i)) }}
 {{- end }}
+{{- $users = append $users $user }}
+{{- end }}
+{{- toYaml (dict "users" $users) }}
+{{- end }}
+
+{{/*
+The chart-created Secret's key (and file name) for the password of auth.users[i].
+*/}}
+{{- define "binlog-relay.userPasswordKey" -}}user-{{ . }}-password{{- end }}
 
 {{/*
 Environment of the relay (and of the init container's check): the upstream password from the
