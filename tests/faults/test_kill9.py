@@ -1,0 +1,47 @@
+"""kill -9 of the relay at random moments of a write load, with a file/position replica and a GTID
+replica attached to it: after every restart the relay resumes; at the end its files are the primary's,
+and each replica holds every transaction exactly once (tests/support/faults.py: SequenceLoad)."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from tests.faults.conftest import KILL9_CYCLES
+from tests.support.faults import SequenceLoad, converged, stored_bytes
+from tests.support.mariadb import wait_for
+from tests.support.replication import FIRST_FILE, attach_replica
+
+
+def test_kill9_under_write_load(mariadb_factory, fault_relay):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
+    relay = fault_relay("relay", primary.port)
+    by_position, by_gtid = mariadb_factory(server_id=11), mariadb_factory(server_id=12)
+    attach_replica(by_position, relay.port, log_file=FIRST_FILE, log_pos=4)
+    attach_replica(by_gtid, relay.port, use_gtid="slave_pos")
+    rng = random.Random(20261124)
+    restarts: list[float] = []
+    with SequenceLoad(primary) as load:
+        load.wait_commits(50)
+        for cycle in range(KILL9_CYCLES):
+            # a random moment: after some more stored bytes (inside a group, a write, an fsync...),
+            # or after a random time, whichever the draw picks
+            if rng.random() < 0.5:
+                target = stored_bytes(relay) + rng.randint(1, 60_000)
+                wait_for(lambda: stored_bytes(relay) >= target, 60, f"cycle {cycle}: the relay stored nothing more")
+            else:
+                deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+                wait_for(lambda: time.monotonic() >= deadline, 5)
+            assert relay.alive(), relay.log_text()[-3000:]
+            killed = time.monotonic()
+            relay.kill9()
+            relay.start()
+            relay.wait_listening()
+            restarts.append(time.monotonic() - killed)
+        commits = load.stop()
+    assert commits > KILL9_CYCLES
+    recovery = converged(primary, relay, [by_position, by_gtid], commits)
+    assert "Traceback" not in relay.log_text()
+    print(f"\nFAULTS kill9: {KILL9_CYCLES} kills, {commits} transactions, restart to listening median "
+          f"{statistics.median(restarts):.2f}s max {max(restarts):.2f}s, converged {recovery:.1f}s after the load")

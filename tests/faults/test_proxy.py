@@ -1,0 +1,63 @@
+"""Network faults on both legs at once, through fault-injecting proxies (tests/faults/proxy.py):
+primary -> proxy -> relay and relay -> proxy -> replicas. Cuts inside events and transactions, resets,
+stalls, one byte at a time, at random points of a write load; after each cut or reset the peer
+reconnects (timed), and at the end everything has converged: the relay's files are the primary's,
+both replicas hold each transaction exactly once."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from tests.faults.conftest import PROXY_FAULTS_EACH
+from tests.faults.proxy import FAULTS, Fault, FaultProxy
+from tests.support.faults import SequenceLoad, converged
+from tests.support.mariadb import wait_for
+from tests.support.replication import FIRST_FILE, attach_replica
+
+
+def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
+    upstream = FaultProxy(primary.port)
+    downstream: FaultProxy | None = None
+    try:
+        relay = fault_relay("relay", upstream.port, upstream={"heartbeat_period": 0.5})
+        downstream = FaultProxy(relay.port)
+        by_position, by_gtid = mariadb_factory(server_id=11), mariadb_factory(server_id=12)
+        for replica, gtid in ((by_position, "no"), (by_gtid, "slave_pos")):
+            replica.change_master("127.0.0.1", downstream.port, log_file=None if gtid != "no" else FIRST_FILE,
+                                  log_pos=None if gtid != "no" else 4, use_gtid=gtid, connect_retry=1,
+                                  heartbeat_period=0.5)
+            replica.start_slave()
+        proxies = {"upstream": upstream, "downstream": downstream}
+        rng = random.Random(1124)
+        plan = [(leg, kind) for leg in proxies for kind in FAULTS for _ in range(PROXY_FAULTS_EACH)]
+        rng.shuffle(plan)
+        reconnects: dict[str, list[float]] = {"upstream": [], "downstream": []}
+        with SequenceLoad(primary) as load:
+            load.wait_commits(20)
+            for leg, kind in plan:
+                proxy = proxies[leg]
+                proxy.arm(Fault(kind, after=rng.randint(0, 40_000), seconds=rng.uniform(0.2, 1.5),
+                                count=rng.randint(50, 1500)))
+                wait_for(lambda: not proxy.armed(), 60, f"the {leg} {kind} fault never fired")
+                if kind in ("cut", "reset"):
+                    fired = proxy.fire_times[-1][1]
+                    again = wait_for(lambda: [t for t in proxy.connect_times if t > fired], 60,
+                                     f"nobody reconnected through the {leg} proxy after a {kind}")
+                    reconnects[leg].append(again[0] - fired)
+            commits = load.stop()
+        assert all(count == PROXY_FAULTS_EACH for count in upstream.fired.values()), upstream.fired
+        assert all(count == PROXY_FAULTS_EACH for count in downstream.fired.values()), downstream.fired
+        recovery = converged(primary, relay, [by_position, by_gtid], commits)
+        assert "Traceback" not in relay.log_text()
+        summary = ", ".join(f"{leg} reconnect median {statistics.median(times):.2f}s max {max(times):.2f}s"
+                            for leg, times in reconnects.items() if times)
+        print(f"\nFAULTS proxy: {len(plan)} faults ({PROXY_FAULTS_EACH} of each of {FAULTS} per leg), {commits} "
+              f"transactions, {upstream.connections} upstream and {downstream.connections} downstream connections; "
+              f"{summary}; converged {recovery:.1f}s after the load")
+    finally:
+        upstream.close()
+        if downstream is not None:
+            downstream.close()

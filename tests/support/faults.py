@@ -1,0 +1,174 @@
+"""Helpers of the fault suite (tests/faults): a write load whose transactions can be counted on a
+replica (lost or applied twice shows), convergence with the time it took, and a relay's metrics.
+
+    with SequenceLoad(primary) as load:      # transaction k inserts the row n = k, in a thread
+        ...faults...
+    commits = load.stop()
+    seconds = converged(primary, relay, [replica, ...])   # mirror + every replica exactly once
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from .mariadb import MariaDB, wait_for
+from .metrics import Scrape, http_get
+from .relay import RelayProcess, wait_for_mirror
+from .replication import assert_healthy, assert_same_data, wait_binlog_settled
+
+SCHEMA = "faults"
+
+
+class SequenceLoad:
+    """Transactions one after another on one connection, until stopped: transaction k inserts the row
+    n = k (the primary key) into faults.seq. Every 8th carries a 48 KiB value and a second statement,
+    so a cut lands inside an event and inside a transaction often. A replica that lost a transaction
+    has fewer rows than MAX(n); one that applied one twice stops on a duplicate key."""
+
+    def __init__(self, primary: MariaDB, big_every: int = 8) -> None:
+        self.primary = primary
+        self.big_every = big_every
+        self.commits = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        primary.execute_many([f"CREATE DATABASE IF NOT EXISTS {SCHEMA}",
+                              f"CREATE TABLE IF NOT EXISTS {SCHEMA}.seq (n BIGINT PRIMARY KEY, pad MEDIUMBLOB,"
+                              " touched INT NOT NULL DEFAULT 0) ENGINE=InnoDB"])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            conn = self.primary.connect()
+            with conn.cursor() as cur:
+                while not self._stop.is_set():
+                    n = self.commits + 1
+                    big = n % self.big_every == 0
+                    cur.execute("BEGIN")
+                    cur.execute(f"INSERT INTO {SCHEMA}.seq (n, pad) VALUES (%s, REPEAT('p', %s))",
+                                (n, 48 * 1024 if big else n % 200))
+                    if big:
+                        cur.execute(f"UPDATE {SCHEMA}.seq SET touched = touched + 1 WHERE n = %s", (n - 1,))
+                    cur.execute("COMMIT")
+                    self.commits = n
+            conn.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
+            self.error = exc
+
+    def start(self) -> SequenceLoad:
+        self._thread.start()
+        return self
+
+    def wait_commits(self, count: int, timeout: float = 60.0) -> None:
+        target = self.commits + count
+        wait_for(lambda: self.commits >= target or self.error is not None, timeout, "the load stopped committing")
+        assert self.error is None, f"the write load failed: {self.error!r}"
+
+    def stop(self) -> int:
+        """Stop after the transaction in progress; the number of commits. Raises if the load failed."""
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the write load did not stop"
+        assert self.error is None, f"the write load failed: {self.error!r}"
+        return self.commits
+
+    def __enter__(self) -> SequenceLoad:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def sequence_counts(server: MariaDB) -> tuple[int, int, int]:
+    """(rows, distinct n, max n) of faults.seq."""
+    rows, distinct, top = server.sql(f"SELECT COUNT(*), COUNT(DISTINCT n), COALESCE(MAX(n), 0) FROM {SCHEMA}.seq")[0]
+    return int(rows), int(distinct), int(top)
+
+
+def assert_exactly_once(primary: MariaDB, replica: MariaDB, commits: int) -> None:
+    """Every transaction of the load on the replica once: as many rows as commits, n = 1..commits."""
+    assert sequence_counts(primary) == (commits, commits, commits), sequence_counts(primary)
+    assert sequence_counts(replica) == (commits, commits, commits), (
+        f"replica server_id {replica.server_id}: (rows, distinct, max) {sequence_counts(replica)}, "
+        f"{commits} transactions committed on the primary")
+
+
+def gtid_binlog_pos(server: MariaDB) -> str:
+    return str(server.sql("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
+
+
+def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0) -> None:
+    """Until the replica executed the primary's whole GTID position, failing at once if it stopped."""
+    def arrived() -> bool:
+        status = replica.slave_status()
+        if status.get("Slave_SQL_Running") == "No" or status.get("Slave_IO_Running") == "No":
+            raise AssertionError(f"replica server_id {replica.server_id} stopped: {status.get('Last_IO_Error')!r}"
+                                 f" {status.get('Last_SQL_Error')!r}")
+        return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) == gtid_binlog_pos(primary)
+    wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
+
+
+def converged(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], commits: int | None = None,
+              timeout: float = 120.0) -> float:
+    """Wait until the relay's files are the primary's and every replica executed everything, then check
+    the data (CHECKSUM TABLE, and each load transaction exactly once when commits is given); returns
+    the seconds the waiting took (the time to recover, counted from the call)."""
+    started = time.monotonic()
+    wait_binlog_settled(primary, timeout)
+    wait_for_mirror(primary, relay, timeout=timeout)
+    for replica in replicas:
+        wait_replica_gtid(primary, replica, timeout)
+    recovered = time.monotonic() - started
+    for replica in replicas:
+        assert_healthy(replica)
+        assert_same_data(primary, replica)
+        if commits is not None:
+            assert_exactly_once(primary, replica, commits)
+    return recovered
+
+
+def stored_bytes(relay: RelayProcess) -> int:
+    total = 0
+    for name in relay.stored_files():
+        try:
+            total += (relay.data_dir / name).stat().st_size
+        except FileNotFoundError:  # purged or not yet created
+            pass
+    return total
+
+
+# ------------------------------------------------------------------ the relay's metrics
+
+
+def metrics_port(relay: RelayProcess) -> int:
+    """The port of the relay's HTTP endpoint, from the config or (port 0) from its log line."""
+    port = int(relay.config.get("metrics", {}).get("port", 0))
+    if port:
+        return port
+    found = re.findall(r"metrics on http://[^:]+:(\d+)/metrics", relay.log_text())
+    assert found, "the relay logged no metrics endpoint"
+    return int(found[-1])
+
+
+def scrape(relay: RelayProcess) -> Scrape:
+    return Scrape.fetch(metrics_port(relay))
+
+
+def metric(relay: RelayProcess, name: str, **labels: Any) -> float | None:
+    return scrape(relay).value(name, **labels)
+
+
+def endpoint_texts(relay: RelayProcess) -> str:
+    """/metrics, /healthz and /readyz bodies, for the secrets check."""
+    port = metrics_port(relay)
+    return "\n".join(http_get(port, path)[1] for path in ("/metrics", "/healthz", "/readyz"))
+
+
+def vm_rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status").read().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
