@@ -35,8 +35,9 @@ Values in ``before``/``after`` are Python values as relay.binlog.rows decodes th
 ``row_json`` turns one into JSON text with the export's normalisation (see there).
 Statement-based DML inside a transaction (binlog_format=STATEMENT/MIXED) cannot become
 rows: such a query becomes one row with op ``"statement"`` and the text in ``query``.
-Not supported: MySQL 8 compressed transactions (TRANSACTION_PAYLOAD events) and
-encrypted binlogs raise ChangeDecodeError. XA transactions are emitted when XA PREPARE is
+MySQL compressed transactions (TRANSACTION_PAYLOAD events, zstd) are decompressed in
+memory and read as if their events stood in the file at the payload's offset. Encrypted
+binlogs raise ChangeDecodeError. XA transactions are emitted when XA PREPARE is
 logged (a later ``XA ROLLBACK`` of a prepared transaction is not applied).
 """
 
@@ -53,8 +54,11 @@ from fnmatch import fnmatchcase
 from itertools import chain, count, repeat
 from typing import Any, NamedTuple
 
+import zstandard
+
 from . import coltypes as ct
 from . import events as ev
+from .mysqlgtid import gtid_of_event
 from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
 from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
 
@@ -332,8 +336,7 @@ class ChangeDecoder:
             self._state = _OUTSIDE
             return NO_CHANGES
         if etype == ev.TRANSACTION_PAYLOAD_EVENT:
-            raise ChangeDecodeError(f"{self.file}:{offset}: compressed transactions (MySQL "
-                                    "binlog_transaction_compression) are not supported")
+            return self._on_payload(offset, event)
         if etype == ev.START_ENCRYPTION_EVENT:
             raise ChangeDecodeError(f"{self.file}:{offset}: encrypted binlogs are not supported")
         if etype in _BUFFERED:
@@ -352,6 +355,25 @@ class ChangeDecoder:
                 return self._commit(event)
             return NO_CHANGES
         return NO_CHANGES  # unknown or irrelevant event types
+
+    def _on_payload(self, offset: int, event: bytes | memoryview) -> Iterator[Change]:
+        """A MySQL compressed transaction: its events, decompressed, fed in order as if they
+        stood in the file at the payload's offset (each change's pos is the payload's)."""
+        inner = transaction_payload_events(event[ev.HEADER_LEN:len(event) - self.crc], f"{self.file}:{offset}")
+        crc, segment_bytes = self.crc, self.segment_bytes
+        # The inner events carry no CRC32; the whole transaction is in memory already and a
+        # span of the file could not give its events back, so it is never let go of.
+        self.crc, self.segment_bytes = 0, 1 << 62
+        out: list[Change] = []
+        try:
+            for inner_event in inner:
+                out.extend(self.feed(offset, inner_event))  # consumed while crc is 0
+        finally:
+            self.crc, self.segment_bytes = crc, segment_bytes
+        if self.inside_group:
+            raise ChangeDecodeError(f"{self.file}:{offset}: the compressed transaction does not end with its "
+                                    "commit (XID or COMMIT)")
+        return iter(out)
 
     def _on_query(self, offset: int, event: bytes | memoryview, etype: int) -> Iterator[Change]:
         q = self._query(event, etype)
@@ -617,12 +639,69 @@ def _rollback_to(group: _Group, name: str, offset: int) -> None:
 
 
 def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:
-    if etype != ev.GTID_LOG_EVENT:
-        return None  # anonymous (no GTIDs) or tagged (not decoded)
-    body = bytes(event[ev.HEADER_LEN:ev.HEADER_LEN + 25])
-    sid = body[1:17].hex()
-    gno = int.from_bytes(body[17:25], "little")
-    return f"{sid[:8]}-{sid[8:12]}-{sid[12:16]}-{sid[16:20]}-{sid[20:]}:{gno}"
+    """'uuid:gno', or 'uuid:tag:gno' for a tagged GTID (MySQL 8.4+); None when anonymous."""
+    gtid = gtid_of_event(event)
+    return None if gtid is None else str(gtid)
+
+
+# --------------------------------------------------------------------------- compressed transactions
+
+# TRANSACTION_PAYLOAD_EVENT (libbinlogevents Transaction_payload_event): header fields as
+# (type, length, value) with lenenc type and length and a little-endian value, ended by type 0;
+# then the payload: the transaction's events, compressed as a whole.
+_PAYLOAD_END, _PAYLOAD_SIZE, _PAYLOAD_COMPRESSION, _PAYLOAD_UNCOMPRESSED_SIZE = 0, 1, 2, 3
+_ZSTD, _NONE = 0, 255
+
+
+def transaction_payload_events(body: bytes | memoryview, where: str) -> list[bytes]:
+    """The events of a TRANSACTION_PAYLOAD_EVENT body (after the header, without the CRC32),
+    decompressed: whole events, each with its header and without a CRC32."""
+    body = bytes(body)
+    fields: dict[int, int] = {}
+    pos = 0
+    try:
+        while True:
+            ftype, pos = ct._lenenc_at(body, pos)
+            if ftype == _PAYLOAD_END:
+                break
+            length, pos = ct._lenenc_at(body, pos)
+            fields[ftype] = int.from_bytes(body[pos:pos + length], "little")
+            pos += length
+    except (IndexError, ValueError) as exc:
+        raise ChangeDecodeError(f"{where}: bad TRANSACTION_PAYLOAD header: {exc}") from None
+    payload = body[pos:]
+    size = fields.get(_PAYLOAD_SIZE, len(payload))
+    if size != len(payload):
+        raise ChangeDecodeError(f"{where}: TRANSACTION_PAYLOAD says {size} payload bytes, has {len(payload)}")
+    compression = fields.get(_PAYLOAD_COMPRESSION, _NONE)
+    expected = fields.get(_PAYLOAD_UNCOMPRESSED_SIZE)
+    if compression == _NONE:
+        data = payload
+    elif compression == _ZSTD:
+        if expected is None:
+            raise ChangeDecodeError(f"{where}: zstd TRANSACTION_PAYLOAD without its uncompressed size")
+        try:
+            # max_output_size: MySQL's frames need not say their size, and it bounds a bomb
+            data = zstandard.ZstdDecompressor().decompress(payload, max_output_size=expected)
+        except zstandard.ZstdError as exc:
+            raise ChangeDecodeError(f"{where}: the compressed transaction does not decompress: {exc}") from None
+    else:
+        raise ChangeDecodeError(f"{where}: unknown TRANSACTION_PAYLOAD compression type {compression}")
+    if expected is not None and len(data) != expected:
+        raise ChangeDecodeError(f"{where}: the transaction decompresses to {len(data)} bytes, its header says "
+                                f"{expected}")
+    events = []
+    pos = 0
+    while pos < len(data):
+        if pos + ev.HEADER_LEN > len(data):
+            raise ChangeDecodeError(f"{where}: a truncated event at byte {pos} of the decompressed transaction")
+        length = int.from_bytes(data[pos + 9:pos + 13], "little")
+        if length < ev.HEADER_LEN or pos + length > len(data):
+            raise ChangeDecodeError(f"{where}: an event of {length} bytes at byte {pos} of the decompressed "
+                                    f"transaction ({len(data)} bytes)")
+        events.append(data[pos:pos + length])
+        pos += length
+    return events
 
 
 # --------------------------------------------------------------------------- JSON
@@ -647,6 +726,11 @@ def value_json(v: Any) -> Any:
         return _time_text(v, 6 if v.microseconds else 0)
     if isinstance(v, (set, frozenset)):
         return ",".join(sorted(v))
+    if isinstance(v, ct.JsonPartialUpdate):
+        # the before value was not logged: the change itself, marked as such
+        return {"$json_diffs": [{"op": d.operation, "path": d.path, **({} if d.operation == "REMOVE" else
+                                                                        {"value": value_json(d.value)})}
+                                for d in v.diffs]}
     if isinstance(v, dict):
         return {str(k): value_json(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -697,6 +781,8 @@ def _converter(tm: TableMap, i: int) -> Callable[[Any], Any] | None:
         return lambda v: format(v, "f")
     if t == ct.FLOAT:
         return _float32
+    if t == ct.VECTOR:
+        return lambda v: [_float32(x) for x in v]
     is_set = t == ct.SET or (t == ct.STRING and isinstance(meta, tuple) and meta[0] == ct.SET)
     if is_set and tm.set_values is not None and tm.set_values[i] is not None:
         order = {name: k for k, name in enumerate(tm.set_values[i])}  # type: ignore[index]
@@ -738,7 +824,9 @@ def row_json(row: dict[str, Any] | None, tm: TableMap | None = None) -> str | No
     member names in definition order, as the server shows them (without
     binlog_row_metadata=FULL: ENUM index and SET bit mask as numbers, and columns named
     col_0, col_1...); MariaDB JSON columns as their text (a string), MySQL JSON as the JSON
-    value itself. NULL is null; a column missing from the row image
+    value itself (a partial update whose before value the event lacks, binlog_row_image=MINIMAL,
+    as {"$json_diffs": [{"op", "path", "value"}...]}); MySQL VECTOR as an array of numbers,
+    each the shortest that reads back as the same float32. NULL is null; a column missing from the row image
     (binlog_row_image=MINIMAL/NOBLOB) is absent.
     """
     if row is None:

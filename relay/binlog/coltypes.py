@@ -30,6 +30,8 @@ CHAR/VARCHAR/TEXT      str decoded by the column charset when the table map carr
 ENUM                   str when the names are known (metadata FULL), else the int index
                        (1-based; 0 is the empty "error" value, returned as '' with names).
 SET                    frozenset of str when the names are known, else the int bit mask.
+VECTOR (MySQL 9, 242)  tuple of float (each float32 widened exactly); its length is the
+                       dimensionality the table map's metadata gives (TableMap.vector_dimensions).
 JSON (MySQL, 245)      the decoded Python value (dict/list/str/int/float/bool/None ...).
                        MariaDB stores JSON as LONGTEXT, so there it arrives as a str.
 GEOMETRY               bytes as stored: 4-byte little-endian SRID followed by the WKB.
@@ -45,9 +47,13 @@ size is unknowable from the binlog alone; they are not supported.
 from __future__ import annotations
 
 import codecs
+import copy
 import datetime as _dt
+import json
+import re
 import decimal
 import struct
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, NamedTuple
 
@@ -74,6 +80,7 @@ BIT = 16
 TIMESTAMP2 = 17
 DATETIME2 = 18
 TIME2 = 19
+VECTOR = 242  # MySQL 9.0+
 JSON = 245
 NEWDECIMAL = 246
 ENUM = 247
@@ -91,7 +98,7 @@ TYPE_NAMES: dict[int, str] = {
     DOUBLE: "DOUBLE", NULL: "NULL", TIMESTAMP: "TIMESTAMP", LONGLONG: "LONGLONG",
     INT24: "INT24", DATE: "DATE", TIME: "TIME", DATETIME: "DATETIME", YEAR: "YEAR",
     NEWDATE: "NEWDATE", VARCHAR: "VARCHAR", BIT: "BIT", TIMESTAMP2: "TIMESTAMP2",
-    DATETIME2: "DATETIME2", TIME2: "TIME2", JSON: "JSON", NEWDECIMAL: "NEWDECIMAL",
+    DATETIME2: "DATETIME2", TIME2: "TIME2", VECTOR: "VECTOR", JSON: "JSON", NEWDECIMAL: "NEWDECIMAL",
     ENUM: "ENUM", SET: "SET", TINY_BLOB: "TINY_BLOB", MEDIUM_BLOB: "MEDIUM_BLOB",
     LONG_BLOB: "LONG_BLOB", BLOB: "BLOB", VAR_STRING: "VAR_STRING", STRING: "STRING",
     GEOMETRY: "GEOMETRY",
@@ -147,7 +154,7 @@ def parse_column_meta(types: tuple[int, ...], meta: bytes) -> tuple[Any, ...]:
     return tuple(out)
 
 
-_META1 = frozenset({FLOAT, DOUBLE, TIMESTAMP2, DATETIME2, TIME2, JSON, GEOMETRY}) | BLOB_TYPES
+_META1 = frozenset({FLOAT, DOUBLE, TIMESTAMP2, DATETIME2, TIME2, JSON, GEOMETRY, VECTOR}) | BLOB_TYPES
 
 
 def _string_meta(b0: int, b1: int) -> tuple[int, int]:
@@ -1111,9 +1118,30 @@ def make_decoder(col_type: int, meta: Any, *, unsigned: bool = False,
         if not 1 <= meta <= 4:
             return unsupported(col_type, f"length-prefix size {meta}")
         return _mysql_json(meta)
+    if col_type == VECTOR:
+        if not 1 <= meta <= 4:
+            return unsupported(col_type, f"length-prefix size {meta}")
+        return _vector(meta)
     if col_type == NULL:
         return _null
     return unsupported(col_type, "type not supported")
+
+
+def _vector(prefix: int) -> Decoder:
+    """MySQL 9 VECTOR (Field_vector, a blob of float32): a little-endian length prefix of
+    ``prefix`` bytes (the column metadata), then the length / 4 floats, little-endian."""
+    length_at = _prefix_unpacker(prefix)
+
+    def dec(buf: bytes, pos: int) -> tuple[tuple[float, ...], int]:
+        start = pos + prefix
+        n = length_at(buf, pos)
+        end = start + n
+        if end > len(buf):
+            _need(end, buf)
+        if n % 4:
+            raise ValueError(f"VECTOR of {n} bytes is not a whole number of float32 values")
+        return struct.unpack_from(f"<{n // 4}f", buf, start), end
+    return dec
 
 
 def _fixed_string(meta: tuple[int, int], charset: int | None,
@@ -1133,3 +1161,127 @@ def _fixed_string(meta: tuple[int, int], charset: int | None,
         raw, end = dec(buf, pos)
         return raw.ljust(length, b"\0"), end
     return dec_binary
+
+
+# --------------------------------------------------------------------------- MySQL JSON diffs
+#
+# PARTIAL_UPDATE_ROWS_EVENT (binlog_row_value_options=PARTIAL_JSON) logs a JSON column of
+# the after image as the list of changes made to it (Json_diff_vector::write_binary): each
+# is an operation byte, the path as text (lenenc length + text), and for all but REMOVE the
+# new value (lenenc length + binary JSON: type byte and data).
+
+JSON_DIFF_OPERATIONS = ("REPLACE", "INSERT", "REMOVE")  # enum_json_diff_operation
+
+
+@dataclass(frozen=True)
+class JsonDiff:
+    operation: str  # REPLACE | INSERT | REMOVE
+    path: str  # MySQL JSON path text, e.g. '$.age', '$[2]', '$."a key"'
+    value: Any = None  # the new value (None for REMOVE)
+
+
+@dataclass(frozen=True)
+class JsonPartialUpdate:
+    """A partial JSON update whose before value the event does not carry
+    (binlog_row_image=MINIMAL): the diffs, as MySQL logged them, in order."""
+
+    diffs: tuple[JsonDiff, ...]
+
+
+def _lenenc_at(buf: bytes, pos: int) -> tuple[int, int]:
+    first = buf[pos]
+    if first < 0xFB:
+        return first, pos + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
+    if size is None:
+        raise ValueError(f"bad length-encoded integer prefix {first:#x}")
+    return int.from_bytes(buf[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+
+
+def decode_json_diffs(data: bytes) -> tuple[JsonDiff, ...]:
+    """The diffs of one partially updated JSON column (the bytes after its length prefix)."""
+    diffs = []
+    pos = 0
+    while pos < len(data):
+        op = data[pos]
+        if op >= len(JSON_DIFF_OPERATIONS):
+            raise ValueError(f"unknown JSON diff operation {op}")
+        n, pos = _lenenc_at(data, pos + 1)
+        if pos + n > len(data):
+            _need(pos + n, data)
+        path = data[pos:pos + n].decode("utf-8")
+        pos += n
+        value = None
+        if op != 2:
+            n, pos = _lenenc_at(data, pos)
+            if pos + n > len(data) or n == 0:
+                _need(pos + max(n, 1), data)
+            value = decode_mysql_json(data[pos:pos + n])
+            pos += n
+        diffs.append(JsonDiff(JSON_DIFF_OPERATIONS[op], path, value))
+    return tuple(diffs)
+
+
+def partial_json_decoder(prefix: int) -> Decoder:
+    """The decoder of a JSON column in partial form: its length prefix, then its diffs."""
+    length_at = _prefix_unpacker(prefix)
+
+    def dec(buf: bytes, pos: int) -> tuple[tuple[JsonDiff, ...], int]:
+        start = pos + prefix
+        end = start + length_at(buf, pos)
+        if end > len(buf):
+            _need(end, buf)
+        return decode_json_diffs(buf[start:end]), end
+    return dec
+
+
+_PATH_MEMBER = re.compile(r'\.(?:([A-Za-z_$][A-Za-z0-9_$]*)|("(?:[^"\\]|\\.)*"))')
+_PATH_CELL = re.compile(r"\[([0-9]+)\]")
+
+
+def parse_json_path(path: str) -> tuple[str | int, ...]:
+    """The legs of a path as MySQL writes them in diffs (Json_path::to_string): '$', then
+    .member (double-quoted when not an identifier) or [index]. Wildcards and ranges never
+    appear in a diff: the server logs the concrete location it changed."""
+    if not path.startswith("$"):
+        raise ValueError(f"JSON path {path!r} does not start with $")
+    legs: list[str | int] = []
+    pos = 1
+    while pos < len(path):
+        m = _PATH_MEMBER.match(path, pos)
+        if m:
+            legs.append(m.group(1) if m.group(1) is not None else json.loads(m.group(2)))
+        else:
+            m = _PATH_CELL.match(path, pos)
+            if not m:
+                raise ValueError(f"unsupported JSON path {path!r} at character {pos}")
+            legs.append(int(m.group(1)))
+        pos = m.end()
+    return tuple(legs)
+
+
+def apply_json_diffs(document: Any, diffs: tuple[JsonDiff, ...]) -> Any:
+    """The document after the diffs, as the server applied them (Json_diff_vector::apply):
+    REPLACE sets an existing location, INSERT adds an object member or inserts into an
+    array (past its end: appends), REMOVE deletes. ``document`` is not modified."""
+    doc = copy.deepcopy(document)
+    for diff in diffs:
+        legs = parse_json_path(diff.path)
+        if not legs:
+            if diff.operation == "REMOVE":
+                raise ValueError("a JSON diff removes the whole document")
+            doc = copy.deepcopy(diff.value)
+            continue
+        parent = doc
+        for leg in legs[:-1]:
+            parent = parent[leg]
+        leg = legs[-1]
+        if diff.operation == "REMOVE":
+            del parent[leg]
+        elif diff.operation == "INSERT" and isinstance(parent, list):
+            parent.insert(leg, copy.deepcopy(diff.value))  # type: ignore[arg-type]
+        else:
+            if diff.operation == "REPLACE" and isinstance(parent, dict) and leg not in parent:
+                raise ValueError(f"JSON diff replaces {diff.path}, which the before image lacks")
+            parent[leg] = copy.deepcopy(diff.value)
+    return doc

@@ -44,7 +44,9 @@ _ROWS_EVENTS: dict[int, tuple[str, bool, bool]] = {
     30: ("insert", True, False), 31: ("update", True, False), 32: ("delete", True, False),
     166: ("insert", False, True), 167: ("update", False, True), 168: ("delete", False, True),
     169: ("insert", True, True), 170: ("update", True, True), 171: ("delete", True, True),
+    39: ("update", True, False),  # MySQL PARTIAL_UPDATE_ROWS_EVENT: see _partial_rows
 }
+PARTIAL_UPDATE_ROWS_EVENT = 39
 ROWS_EVENT_TYPES = frozenset(_ROWS_EVENTS)
 STMT_END_F = 0x0001
 
@@ -62,6 +64,7 @@ PRIMARY_KEY_WITH_PREFIX = 9
 ENUM_AND_SET_DEFAULT_CHARSET = 10
 ENUM_AND_SET_COLUMN_CHARSET = 11
 COLUMN_VISIBILITY = 12
+VECTOR_DIMENSIONALITY = 13  # MySQL 9.0+: one lenenc per VECTOR column
 
 
 class RowDecodeError(ValueError):
@@ -123,6 +126,7 @@ class TableMap:
     simple_primary_key: tuple[int, ...] | None
     primary_key_with_prefix: tuple[tuple[int, int], ...] | None  # (column, prefix; 0 = whole)
     column_visibility: tuple[bool, ...] | None
+    vector_dimensions: tuple[int | None, ...] | None  # per VECTOR column, None for the others
     unknown_metadata: tuple[tuple[int, bytes], ...]
     flavor: Flavor
     decoders: tuple[Decoder, ...] = field(repr=False, compare=False)
@@ -230,8 +234,12 @@ def _is_character(t: int, meta: Any, flavor: Flavor) -> bool:
         return meta[0] not in (ct.ENUM, ct.SET)
     if t in (ct.VARCHAR, ct.VAR_STRING) or t in ct.BLOB_TYPES:
         return True
-    # MariaDB 10.11 lists GEOMETRY columns (binary charset) among character columns.
-    return t == ct.GEOMETRY and flavor == "mariadb"
+    # MariaDB 10.11 lists GEOMETRY columns (binary charset) among character columns; MySQL 9
+    # lists VECTOR columns (binary charset) there (vector.binlog: its TEXT column is the
+    # exception after a VECTOR, at index 1).
+    if flavor == "mariadb":
+        return t == ct.GEOMETRY
+    return t == ct.VECTOR
 
 
 def _msb_bits(raw: bytes, count: int) -> list[bool]:
@@ -259,7 +267,7 @@ def _parse_optional_metadata(r: _Reader, types: tuple[int, ...], meta: tuple[Any
                 pairs.append((f.lenenc(), f.lenenc()))
             out[ftype] = (default, pairs)
         elif ftype in (COLUMN_CHARSET, ENUM_AND_SET_COLUMN_CHARSET, GEOMETRY_TYPE,
-                       SIMPLE_PRIMARY_KEY):
+                       SIMPLE_PRIMARY_KEY, VECTOR_DIMENSIONALITY):
             vals = []
             while not f.done():
                 vals.append(f.lenenc())
@@ -342,6 +350,10 @@ def _build_table_map(table_id: int, flags: int, database: str, table: str,
         visibility = None
         if COLUMN_VISIBILITY in fields:
             visibility = tuple(_msb_bits(fields[COLUMN_VISIBILITY], ncols))
+        dimensions = None
+        if VECTOR_DIMENSIONALITY in fields:
+            dimensions = _spread(fields[VECTOR_DIMENSIONALITY], [t == ct.VECTOR for t in types],
+                                 "vector dimensionalities")
         pk = fields.get(SIMPLE_PRIMARY_KEY)
         pk_prefix = fields.get(PRIMARY_KEY_WITH_PREFIX)
     except _DECODE_ERRORS as e:
@@ -369,7 +381,7 @@ def _build_table_map(table_id: int, flags: int, database: str, table: str,
         enum_values=enum_values, set_values=set_values, geometry_types=geometry,
         simple_primary_key=tuple(pk) if pk is not None else None,
         primary_key_with_prefix=tuple(pk_prefix) if pk_prefix is not None else None,
-        column_visibility=visibility, unknown_metadata=fields[0], flavor=flavor,
+        column_visibility=visibility, vector_dimensions=dimensions, unknown_metadata=fields[0], flavor=flavor,
         decoders=tuple(decoders))
 
 
@@ -682,6 +694,7 @@ class _RowsHeader(NamedTuple):
     buf: bytes  # row images live in buf[start:]
     start: int
     compressed: bool
+    partial: bool  # PARTIAL_UPDATE_ROWS_EVENT: after images may hold JSON diffs
 
 
 def _rows_header(event_type: int, data: bytes, tm: TableMap,
@@ -737,7 +750,8 @@ def _rows_header(event_type: int, data: bytes, tm: TableMap,
         raise RowDecodeError(f"rows event is for table id {table_id}, table map is for "
                              f"{tm.table_id}", database=tm.database, table=tm.table)
     # tuple.__new__: NamedTuple's own __new__ is a Python call, a cost per rows event
-    return _new_tuple(_RowsHeader, (table_id, flags, kind, extra, before, after, buf, start, compressed))
+    return _new_tuple(_RowsHeader, (table_id, flags, kind, extra, before, after, buf, start, compressed,
+                                    event_type == PARTIAL_UPDATE_ROWS_EVENT))
 
 
 _u16 = struct.Struct("<H").unpack_from
@@ -772,6 +786,9 @@ def _diagnose(h: _RowsHeader, tm: TableMap, row_start: int, err: Exception) -> R
 
 
 def _iter(h: _RowsHeader, tm: TableMap) -> Iterator[Any]:
+    if h.partial:
+        yield from _partial_rows(h, tm)
+        return
     buf, pos, end = h.buf, h.start, len(h.buf)
     read = h.before.read
     read_after = h.after.read if h.after is not None else None
@@ -789,6 +806,8 @@ def _iter(h: _RowsHeader, tm: TableMap) -> Iterator[Any]:
 
 def _all_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
     # _iter without a generator frame per row: parse_rows_event's hot path.
+    if h.partial:
+        return _partial_rows(h, tm)
     buf, pos, end = h.buf, h.start, len(h.buf)
     rows: list[Any] = []
     append = rows.append
@@ -820,6 +839,62 @@ def _all_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
     except _DECODE_ERRORS as e:
         raise _diagnose(h, tm, row_start, e) from None
     return tuple(rows)
+
+
+def _partial_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
+    """The (before, after) pairs of a PARTIAL_UPDATE_ROWS_EVENT (rpl_record.cc pack_row).
+
+    The before image is a plain one. The after image starts with value_options (lenenc;
+    bit 0 = PARTIAL_JSON_UPDATES) and, when that bit is set, one bit per JSON column of the
+    table (all of them, in column order, least significant bit first) saying which are
+    logged as diffs; then the usual null bitmap and values. A column in diff form gets the
+    diffs applied to its before value when the before image has it (binlog_row_image=FULL),
+    else a coltypes.JsonPartialUpdate. Rare and small: read column by column, not compiled."""
+    buf, pos, end = h.buf, h.start, len(h.buf)
+    json_columns = [i for i, t in enumerate(tm.column_types) if t == ct.JSON]
+    rows = []
+    while pos < end:
+        row_start = pos
+        try:
+            before, pos = _slow_image(tm, h.before.indexes, buf, pos, frozenset(), None)
+            options, pos = ct._lenenc_at(buf, pos)
+            partial: frozenset[int] = frozenset()
+            if options & 1:
+                nbytes = (len(json_columns) + 7) // 8
+                bits = buf[pos:pos + nbytes]
+                if len(bits) < nbytes:
+                    raise ct.Truncated("partial-update bitmap runs past the end")
+                pos += nbytes
+                partial = frozenset(c for k, c in enumerate(json_columns) if bits[k >> 3] >> (k & 7) & 1)
+            after, pos = _slow_image(tm, h.after.indexes, buf, pos, partial, before)  # type: ignore[union-attr]
+        except _DECODE_ERRORS as e:
+            raise RowDecodeError(f"PARTIAL_UPDATE_ROWS row: {e}", database=tm.database, table=tm.table,
+                                 offset=row_start) from None
+        rows.append((before, after))
+    return tuple(rows)
+
+
+def _slow_image(tm: TableMap, indexes: tuple[int, ...], buf: bytes, pos: int, partial: frozenset[int],
+                before: Row | None) -> tuple[Row, int]:
+    nbytes = (len(indexes) + 7) // 8
+    if pos + nbytes > len(buf):
+        raise ct.Truncated(f"null bitmap needs bytes up to offset {pos + nbytes}, data ends at {len(buf)}")
+    nulls = int.from_bytes(buf[pos:pos + nbytes], "little")
+    pos += nbytes
+    row: Row = {}
+    for bit, i in enumerate(indexes):
+        name = tm.column_names[i]
+        if nulls >> bit & 1:
+            row[name] = None
+        elif i in partial:
+            diffs, pos = ct.partial_json_decoder(tm.column_meta[i])(buf, pos)
+            if before is not None and before.get(name) is not None:
+                row[name] = ct.apply_json_diffs(before[name], diffs)
+            else:
+                row[name] = ct.JsonPartialUpdate(diffs)
+        else:
+            row[name], pos = tm.decoders[i](buf, pos)
+    return row, pos
 
 
 def iter_rows(event_type: int, body: bytes | memoryview, table_map: TableMap,
