@@ -12,6 +12,7 @@ import trio
 from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
+from .httpserver import HttpServer, Readiness
 from .metrics import Metrics
 from .storage.files import DataDirError
 from .storage.relaylog import RelayLog
@@ -71,14 +72,16 @@ class Relay:
             retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
             self.replica_book.needed)
         self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
-        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry, config.upstream.unready_after)
+        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
+        self.readiness = Readiness(self.upstream.status, self.relay_log, config.upstream.unready_after)
+        self.http = HttpServer(self.metrics.render, self.readiness.check)
 
     async def run(self, task_status: trio.TaskStatus[Relay] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.downstream.serve)
                 if self.config.metrics.enabled:
-                    await nursery.start(self.metrics.serve, self.config.metrics.host, self.config.metrics.port)
+                    await nursery.start(self.http.serve, self.config.metrics.host, self.config.metrics.port)
                 nursery.start_soon(self.upstream.run)
                 nursery.start_soon(self._sync_timer)
                 nursery.start_soon(self._retention_timer)

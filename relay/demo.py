@@ -226,7 +226,7 @@ class Demo:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://{self.relay.config.metrics.host}:{self.relay.metrics.port}/metrics"
+        return f"http://{self.relay.config.metrics.host}:{self.relay.http.port}/metrics"
 
     async def primary_sql(self, query: str) -> list[Row]:
         return await sql(HOST, self.primary.port, ROOT_USER, "", query)

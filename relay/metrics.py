@@ -1,18 +1,17 @@
-"""Prometheus metrics, /healthz and /readyz, served by a small HTTP server on the trio loop.
+"""Prometheus metrics: collects the figures the rest of the relay keeps and exports them.
 
-Figures are read from the live state objects at scrape time (a custom collector), so the
-ingest and serve paths pay nothing per event for metrics.
+The figures are plain counters on the objects that own them (UpstreamStatus, RelayLog, Registry,
+the dump streams) and bounded histograms of relay/stats.py; this module only reads them at scrape
+time (a custom collector) and derives the lags, so ingest and serving pay nothing per event for
+metrics and nothing grows between scrapes.  The HTTP endpoint is relay/httpserver.py.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 import time
 from collections.abc import Iterator
 
-import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
@@ -22,10 +21,7 @@ from .downstream.registry import Registry
 from .storage.relaylog import RelayLog
 from .upstream import UpstreamStatus
 
-log = logging.getLogger(__name__)
-
 PREFIX = "binlog_relay"
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _FILE_NUMBER = re.compile(r"\.(\d+)$")
 Family = GaugeMetricFamily | CounterMetricFamily
 
@@ -192,84 +188,14 @@ def _file_number(name: str) -> int:
 
 
 class Metrics:
-    """The collector registry and the HTTP endpoint."""
+    """The collector registry and its text exposition (served by relay/httpserver.py)."""
 
-    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry,
-                 unready_after: float = 60.0) -> None:
-        self.relay_log = relay_log
-        self.upstream = upstream
-        self.unready_after = unready_after
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(RelayCollector(upstream, relay_log, registry))
-        self.port: int | None = None
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-    def ready(self) -> tuple[bool, str]:
-        """Serving, and ingest working or failing for less than upstream.unready_after (its
-        back-off); the reason when not."""
-        if not os.access(self.relay_log.data_dir, os.W_OK):
-            return False, f"data_dir {self.relay_log.data_dir} is not writable"
-        status = self.upstream
-        if status.connected or status.failing_since is None:
-            return True, "ready"
-        failing = time.monotonic() - status.failing_since
-        if failing > self.unready_after:
-            return False, f"ingest has been failing for {failing:.0f}s: {status.last_error or 'not connected yet'}"
-        if not self.relay_log.files:
-            return False, "not connected to the primary and nothing stored to serve yet"
-        return True, f"ready; reconnecting to the primary for {failing:.0f}s"
-
-    async def serve(self, host: str, port: int,
-                    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        self.port = listeners[0].socket.getsockname()[1]
-        log.info("metrics on http://%s:%d/metrics", host, self.port)
-        task_status.started(self.port)
-        await trio.serve_listeners(self._handle, listeners)
-
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        try:
-            with trio.move_on_after(10):
-                request_line = await _read_request_line(stream)
-                if request_line is None:
-                    return
-                status, content_type, body = self._route(request_line)
-                head = (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
-                        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("ascii")
-                await stream.send_all(head + body)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            await trio.aclose_forcefully(stream)
-
-    def _route(self, request_line: str) -> tuple[str, str, bytes]:
-        parts = request_line.split(" ")
-        if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
-        path = parts[1].split("?", 1)[0]
-        if path == "/metrics":
-            return "200 OK", CONTENT_TYPE, self.render()
-        if path == "/healthz":
-            return "200 OK", "text/plain", b"ok\n"
-        if path == "/readyz":
-            ready, reason = self.ready()
-            return ("200 OK" if ready else "503 Service Unavailable"), "text/plain", f"{reason}\n".encode()
-        return "404 Not Found", "text/plain", b"not found\n"
-
-
-async def _read_request_line(stream: trio.SocketStream) -> str | None:
-    data = b""
-    while b"\r\n\r\n" not in data and b"\n\n" not in data:
-        chunk = await stream.receive_some(4096)
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > 16384:
-            return None
-    line = data.split(b"\n", 1)[0].rstrip(b"\r")
-    return line.decode("latin-1") if line else None
 
 
 def metrics_reference() -> str:
