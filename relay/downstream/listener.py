@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import ssl
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
 from ..binlog import events as ev
 from ..config import Config
+from ..protocol import auth
 from ..protocol import server as proto
 from ..protocol.packets import build_err, frame
 from ..binlog.gtid import format_gtid_position
@@ -44,6 +47,22 @@ def tls_context(config: Config) -> ssl.SSLContext | None:
     return context
 
 
+RSA_PRIVATE_KEY, RSA_PUBLIC_KEY = "rsa_private_key.pem", "rsa_public_key.pem"
+
+
+def rsa_key_pair(data_dir: Path) -> tuple[bytes, bytes]:
+    """The key pair caching_sha2_password clients encrypt their password with when they have no
+    TLS, kept in data_dir (made on the first start, as MySQL's auto-generated pair)."""
+    private, public = data_dir / RSA_PRIVATE_KEY, data_dir / RSA_PUBLIC_KEY
+    if not (private.exists() and public.exists()):
+        private_pem, public_pem = auth.new_rsa_key_pair()
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(private_pem)
+        public.write_bytes(public_pem)
+    return private.read_bytes(), public.read_bytes()
+
+
 class Downstream:
     def __init__(self, config: Config, relay_log: RelayLog, upstream_status: UpstreamStatus,
                  registry: Registry, retention: RetentionKeeper) -> None:
@@ -65,7 +84,8 @@ class Downstream:
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
             gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index,
             purge=PurgeHandler(retention, lambda name: name in admins),
-            wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0, max_packet=config.listen.max_packet)
+            wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0, max_packet=config.listen.max_packet,
+            rsa_key_pair=rsa_key_pair(relay_log.data_dir))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
 
     def _is_mariadb(self) -> bool:

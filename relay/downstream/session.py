@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
 from ..protocol import server as proto
+from ..protocol.auth import CACHING_SHA2_PASSWORD, NATIVE_PASSWORD
 from ..protocol.packets import PacketTooLarge
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
@@ -46,6 +47,10 @@ class SessionContext:
     purge: PurgeHandler
     wait_for_replica_acks: bool = False  # semi_sync.wait_for_replicas > 0: ask semi-sync replicas for ACKs
     max_packet: int = proto.DEFAULT_MAX_PACKET  # listen.max_packet, for logged-in clients
+    # caching_sha2_password: users who passed a full authentication since the start, and the key
+    # pair (private, public PEM) for full authentications without TLS
+    sha2_cache: set[str] = field(default_factory=set)
+    rsa_key_pair: tuple[bytes, bytes] | None = None
 
 
 class _Session:
@@ -58,7 +63,10 @@ class _Session:
         self.conn = proto.ServerConnection(
             server_version=facts.version, connection_id=self.connection_id, peer_host=peer.rsplit(":", 1)[0],
             lookup_user=context.lookup_user, tls_available=context.tls_context is not None,
-            tls_required=context.tls_required, max_packet=context.max_packet)
+            tls_required=context.tls_required, max_packet=context.max_packet,
+            # a MySQL-flavoured history is served as MySQL 8 serves: caching_sha2_password first
+            auth_plugin=CACHING_SHA2_PASSWORD if not facts.is_mariadb else NATIVE_PASSWORD,
+            sha2_cache=context.sha2_cache, rsa_key_pair=context.rsa_key_pair)
         self.variables = queries.SessionVariables()
         self.user = ""
         self.registered_server_id: int | None = None

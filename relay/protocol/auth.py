@@ -61,3 +61,36 @@ def rsa_encrypt_password(password: bytes, scramble: bytes, public_key_pem: bytes
     key = serialization.load_pem_public_key(public_key_pem)
     oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
     return key.encrypt(_xor(plain, mask), oaep)  # type: ignore[union-attr]
+
+
+def rsa_decrypt_password(ciphertext: bytes, scramble: bytes, private_key_pem: bytes) -> bytes | None:
+    """Server side of ``rsa_encrypt_password``: the password, or None if it does not decrypt."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    key = serialization.load_pem_private_key(private_key_pem, password=None)
+    oaep = padding.OAEP(mgf=padding.MGF1(algorithm=hashes.SHA1()), algorithm=hashes.SHA1(), label=None)
+    try:
+        plain = key.decrypt(ciphertext, oaep)  # type: ignore[union-attr]
+    except ValueError:
+        return None
+    mask = (scramble[:20] * (len(plain) // 20 + 1))[: len(plain)]
+    return _xor(plain, mask).rstrip(b"\x00")
+
+
+def sha2_hash_of(password: bytes) -> bytes:
+    """SHA256(SHA256(password)): what caching_sha2_password keeps (b"" for no password)."""
+    return hashlib.sha256(hashlib.sha256(password).digest()).digest() if password else b""
+
+
+def new_rsa_key_pair() -> tuple[bytes, bytes]:
+    """(private PEM, public PEM) for caching_sha2_password full authentication without TLS."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    return private, public

@@ -142,6 +142,7 @@ class _State(enum.Enum):
     HANDSHAKE = "handshake"
     TLS = "tls"
     AUTH_SWITCH = "auth switch"
+    SHA2_FULL_AUTH = "caching_sha2 full authentication"
     COMMAND = "command"
     DUMPING = "dumping"
     CLOSED = "closed"
@@ -163,7 +164,13 @@ class ServerConnection:
     def __init__(self, *, server_version: str, connection_id: int, peer_host: str,
                  lookup_user: Callable[[str], Credentials | None], tls_available: bool = False,
                  tls_required: bool = False, scramble: bytes | None = None,
-                 auth_plugin: str = auth.NATIVE_PASSWORD, max_packet: int = DEFAULT_MAX_PACKET) -> None:
+                 auth_plugin: str = auth.NATIVE_PASSWORD, max_packet: int = DEFAULT_MAX_PACKET,
+                 sha2_cache: set[str] | None = None, rsa_key_pair: tuple[bytes, bytes] | None = None) -> None:
+        """``sha2_cache``: the users who passed a full caching_sha2_password authentication since the
+        server started (shared by its connections), who may use the fast path; ``rsa_key_pair``
+        (private, public PEM) lets the others authenticate without TLS."""
+        self._sha2_cache = sha2_cache if sha2_cache is not None else set()
+        self._rsa_key_pair = rsa_key_pair
         self._lookup_user = lookup_user
         self._peer_host = peer_host
         self._tls_required = tls_required
@@ -236,6 +243,8 @@ class ServerConnection:
             return self._on_handshake(payload)
         if self._state is _State.AUTH_SWITCH:
             return self._on_auth_switch_reply(payload)
+        if self._state is _State.SHA2_FULL_AUTH:
+            return self._on_sha2_full_auth(bytes(payload))
         return self._on_command(payload)
 
     # ------------------------------------------------------------ login
@@ -257,7 +266,16 @@ class ServerConnection:
         if response.auth_plugin == auth.CACHING_SHA2_PASSWORD:
             credentials = self._lookup_user(response.user)
             if credentials is not None and credentials.sha2_hash is not None:
-                return self._finish_login(auth.CACHING_SHA2_PASSWORD, response.auth_response)
+                cached = response.user in self._sha2_cache or not credentials.sha2_hash
+                if cached or (self._rsa_key_pair is None and not self._tls_active):
+                    # (without a key pair or TLS a full authentication could not happen: the token
+                    # alone is checked, as for a cached user)
+                    return self._finish_login(auth.CACHING_SHA2_PASSWORD, response.auth_response)
+                # As MySQL after a start: no cached hash for this user yet, so the password itself
+                # must come, over TLS or RSA-encrypted (sha2_cache_and_full_auth in MySQL's plugin).
+                self._send(b"\x01\x04")
+                self._state = _State.SHA2_FULL_AUTH
+                return None
         # Any other plugin, or sha2 without a sha2 hash: ask for mysql_native_password.
         self._send(build_auth_switch(auth.NATIVE_PASSWORD, self._scramble))
         self._state = _State.AUTH_SWITCH
@@ -274,6 +292,28 @@ class ServerConnection:
         self._tls_active = True
         self._state = _State.HANDSHAKE
 
+    def _on_sha2_full_auth(self, data: bytes) -> object | None:
+        """The client's answer to "perform full authentication": the password and a NUL over TLS,
+        ``02`` asking for the RSA public key, or the password encrypted with that key."""
+        if self._tls_active:
+            return self._check_password(data.rstrip(b"\x00"))
+        assert self._rsa_key_pair is not None
+        private, public = self._rsa_key_pair
+        if data == b"\x02":
+            self._send(b"\x01" + public)
+            return None
+        password = auth.rsa_decrypt_password(data, self._scramble, private)
+        return self._check_password(password) if password is not None else self._refuse_login(using=True)
+
+    def _check_password(self, password: bytes) -> object:
+        assert self._pending_login is not None
+        user, database, attributes = self._pending_login
+        credentials = self._lookup_user(user)
+        if credentials is None or credentials.sha2_hash != auth.sha2_hash_of(password):
+            return self._refuse_login(using=bool(password))
+        self._sha2_cache.add(user)
+        return self._logged_in()
+
     def _on_auth_switch_reply(self, payload: memoryview) -> object:
         return self._finish_login(auth.NATIVE_PASSWORD, bytes(payload))
 
@@ -284,14 +324,22 @@ class ServerConnection:
         if credentials is not None and _token_matches(plugin, token, self._scramble, credentials):
             if plugin == auth.CACHING_SHA2_PASSWORD:
                 self._send(b"\x01\x03")  # fast authentication succeeded
-            self._send(build_ok())
-            self._state = _State.COMMAND
-            self._reader.max_packet = self._max_packet
-            return LoggedIn(user, database, self._tls_active, attributes)
-        using = "YES" if token else "NO"
-        return self._refuse(user, ER_ACCESS_DENIED_ERROR,
-                            f"Access denied for user '{user}'@'{self._peer_host}' (using password: {using})",
-                            "28000")
+            return self._logged_in()
+        return self._refuse_login(using=bool(token))
+
+    def _logged_in(self) -> LoggedIn:
+        assert self._pending_login is not None
+        user, database, attributes = self._pending_login
+        self._send(build_ok())
+        self._state = _State.COMMAND
+        self._reader.max_packet = self._max_packet
+        return LoggedIn(user, database, self._tls_active, attributes)
+
+    def _refuse_login(self, using: bool) -> LoginRefused:
+        assert self._pending_login is not None
+        user = self._pending_login[0]
+        return self._refuse(user, ER_ACCESS_DENIED_ERROR, f"Access denied for user '{user}'@'{self._peer_host}' "
+                            f"(using password: {'YES' if using else 'NO'})", "28000")
 
     def _refuse(self, user: str, code: int, message: str, sqlstate: str) -> LoginRefused:
         self._send(build_err(code, message, sqlstate))

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import mysql.connector
 import pymysql
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -17,6 +18,7 @@ from pymysqlreplication.event import GtidEvent
 
 from relay.binlog import events as ev
 from tests.support.binlogs import file_events
+from tests.support.certs import make_certs
 from tests.support.mariadb import REPL_PASSWORD, REPL_USER, free_port
 from tests.support.relay import RelayProcess, relay_config
 
@@ -24,7 +26,7 @@ MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
 SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transactions: SOURCE:1-5
 
 
-def _serve(tmp_path: Path, fixture: str) -> RelayProcess:
+def _serve(tmp_path: Path, fixture: str, **overrides) -> RelayProcess:
     """A relay whose data_dir holds one MySQL-written file (its upstream unreachable)."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -35,7 +37,7 @@ def _serve(tmp_path: Path, fixture: str) -> RelayProcess:
         "version": 1, "upstream_server_id": int.from_bytes(file_events((MYSQL / fixture).read_bytes())[0][1][5:9],
                                                            "little"),
         "upstream_version": fde.server_version, "checkpoint": None}))
-    relay = RelayProcess(tmp_path, relay_config(data_dir, free_port()))
+    relay = RelayProcess(tmp_path, relay_config(data_dir, free_port(), **overrides))
     relay.start()
     relay.wait_listening()
     return relay
@@ -85,5 +87,43 @@ def test_a_replica_lacking_purged_transactions_is_refused(tmp_path):
         assert "the source purged required binary logs" in refused.value.args[1]
         assert f"missing transactions are '{purged}:2'" in refused.value.args[1]
         assert _gtids_read(relay, f"{purged}:1-2") == []
+    finally:
+        assert relay.stop() == 0
+
+
+def test_mysql_clients_log_in_with_caching_sha2_password(tmp_path):
+    """PyMySQL and MySQL's own connector: the first login of a user is a full authentication (RSA
+    without TLS, the password itself over TLS), later ones the fast path; a wrong password is 1045."""
+    certs = make_certs(tmp_path / "certs")
+    relay = _serve(tmp_path, "binlog-invisible-columns.000001",
+                   listen={"ssl": {"cert": str(certs.cert), "key": str(certs.key)}},
+                   users=[{"name": "rsa", "password": "rsa-pass"}, {"name": "tls", "password": "tls-pass"},
+                          {"name": "connector", "password": "connector-pass"}])
+    try:
+        def pymysql_login(user: str, password: str, **options) -> str:
+            conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=user, password=password,
+                                   connect_timeout=10, **options)
+            try:
+                return conn.get_server_info()
+            finally:
+                conn.close()
+
+        assert pymysql_login("rsa", "rsa-pass", ssl_disabled=True) == "8.0.26"  # full: RSA key asked for
+        assert pymysql_login("rsa", "rsa-pass", ssl_disabled=True) == "8.0.26"  # fast
+        assert pymysql_login("tls", "tls-pass", ssl={"ca": str(certs.ca)}) == "8.0.26"  # full over TLS
+        with pytest.raises(pymysql.err.OperationalError) as refused:
+            pymysql_login("rsa", "wrong", ssl_disabled=True)
+        assert refused.value.args[0] == 1045
+        for attempt in range(2):  # full authentication over TLS, then the fast path
+            conn = mysql.connector.connect(host="127.0.0.1", port=relay.port, user="connector",
+                                           password="connector-pass", ssl_ca=str(certs.ca), use_pure=True)
+            assert conn.get_server_info() == "8.0.26"
+            conn.close()
+        with pytest.raises(mysql.connector.errors.ProgrammingError) as refused_connector:
+            mysql.connector.connect(host="127.0.0.1", port=relay.port, user="connector", password="wrong",
+                                    ssl_ca=str(certs.ca), use_pure=True)
+        assert refused_connector.value.errno == 1045
+        log = relay.log_text()
+        assert not any(secret in log for secret in ("rsa-pass", "tls-pass", "connector-pass"))
     finally:
         assert relay.stop() == 0

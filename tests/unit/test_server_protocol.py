@@ -176,3 +176,31 @@ def test_client_full_caching_sha2_authentication_over_rsa():
     client.receive_data(ok)
     assert isinstance(client.next_event(), Connected)
     assert struct.unpack("<I", response[4:8])[0] & CLIENT_PROTOCOL_41
+
+
+KEY_PAIR = auth.new_rsa_key_pair()
+
+
+def test_caching_sha2_full_authentication_over_rsa_then_the_fast_path():
+    cache: set[str] = set()
+    server = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, sha2_cache=cache, rsa_key_pair=KEY_PAIR)
+    client_event, server_event = _pump(ClientConnection("repl", "replpass"), server)  # asks for the key
+    assert isinstance(client_event, Connected) and isinstance(server_event, proto.LoggedIn)
+    assert cache == {"repl"}
+    fast = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, sha2_cache=cache, rsa_key_pair=KEY_PAIR)
+    greeting = fast.data_to_send()
+    client = ClientConnection("repl", "replpass", server_public_key=KEY_PAIR[1])
+    client.receive_data(greeting)
+    assert client.next_event() is NEED_DATA
+    fast.receive_data(client.data_to_send())
+    assert isinstance(fast.next_event(), proto.LoggedIn)
+    assert b"\x01\x03" in fast.data_to_send()  # the fast path: no full authentication this time
+
+
+def test_caching_sha2_full_authentication_with_a_known_key_and_a_wrong_password():
+    server = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, rsa_key_pair=KEY_PAIR)
+    client_event, server_event = _pump(ClientConnection("repl", "replpass", server_public_key=KEY_PAIR[1]), server)
+    assert isinstance(server_event, proto.LoggedIn)
+    wrong = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, rsa_key_pair=KEY_PAIR)
+    with pytest.raises(AuthenticationError, match="1045"):
+        _pump(ClientConnection("repl", "wrong", server_public_key=KEY_PAIR[1]), wrong)
