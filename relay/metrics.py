@@ -8,6 +8,7 @@ metrics and nothing grows between scrapes.  The HTTP endpoint is relay/httpserve
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -59,9 +60,9 @@ class RelayCollector(Collector):
         yield event_bytes
         last = stream.last_event_timestamp if stream else 0
         yield _gauge("upstream_last_event_timestamp_seconds", "Timestamp of the newest stored event", last)
-        yield _gauge("upstream_lag_seconds", "As a replica's Seconds_Behind_Master: 0 when the relay is idle "
-                     "with everything received committed, else the age of the newest stored event (primary's "
-                     "clock)", self._upstream_lag_seconds())
+        yield _gauge("upstream_lag_seconds", "As a replica's Seconds_Behind_Master: 0 when everything the "
+                     "primary sent is read and committed, else the age of the newest stored event (primary's "
+                     "clock); NaN while not connected", self._upstream_lag_seconds())
         yield from self._failover()
 
     def _failover(self) -> Iterator[Family]:
@@ -82,18 +83,28 @@ class RelayCollector(Collector):
                        "(semi_sync.replica_timeout) and acknowledged alone", status.replica_ack_timeouts)
 
     def _upstream_lag_seconds(self) -> float:
-        """As a replica's Seconds_Behind_Master: 0 while the relay is idle, having committed all it
-        received and not reading a backlog (its last read did not fill the buffer); else the age
-        of the newest stored event, in the primary's clock."""
+        """MariaDB's Seconds_Behind_Master (sql/slave.cc, show_master_info) for a replica whose
+        receiving and storing are one step:
+        - not connected: NaN, as MariaDB shows NULL while its IO thread is not connected: the relay
+          cannot know what the primary is doing;
+        - caught up: 0, as MariaDB's "the SQL thread has executed everything the IO thread read":
+          every byte the primary sent is read (nothing waits in the receive queue), parsed (no
+          group half received) and committed;
+        - otherwise the age of the newest stored event: now - clock difference with the primary
+          (taken at connect, as MariaDB's clock_diff_with_master) - the event's timestamp; NaN
+          while the new connection has brought no transaction yet (MariaDB shows 0 there, which
+          would read "caught up" for a relay that may be far behind)."""
         status = self.upstream
         stream = status.stream
-        if stream is None or not stream.last_event_timestamp:
-            return 0.0
+        if not status.connected or stream is None:
+            return math.nan
         committed = self.relay_log.committed
-        idle = not status.reading_backlog and not stream.inside_group and committed is not None \
-            and (committed[0], committed[1]) == (stream.file, stream.position)
-        if idle:
+        caught_up = committed is not None and (committed[0], committed[1]) == (stream.file, stream.position) \
+            and not stream.inside_group and status.unread_bytes() == 0
+        if caught_up:
             return 0.0
+        if not stream.last_event_timestamp:
+            return math.nan  # nothing received on this connection yet: the age is not known
         return max(0.0, time.time() - status.clock_difference - stream.last_event_timestamp)
 
     # ------------------------------------------------------------ storage

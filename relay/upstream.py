@@ -7,11 +7,14 @@ to retry; everything it parses is parsed by those sans-IO objects.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import random
 import time
 import ssl
+import sys
+import termios
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,7 +123,8 @@ class UpstreamStatus:
     semi_sync: bool = False  # the current dump is semi-sync: the primary waits for the relay's ACKs
     semi_sync_acks: int = 0
     clock_difference: float = 0.0  # this machine's clock minus the primary's, taken at connect
-    reading_backlog: bool = False  # the last read filled the whole buffer
+    # bytes the primary sent that wait unread on this machine (the current connection's receive queue)
+    unread_bytes: Callable[[], int] = lambda: 0
     # time.monotonic() when ingest last stopped working (or the relay started), None while it works
     failing_since: float | None = field(default_factory=time.monotonic)
     replica_ack_timeouts: int = 0  # ACKs sent without the replicas' after semi_sync.replica_timeout
@@ -134,6 +138,21 @@ class _Connection:
     def __init__(self, stream: trio.abc.Stream, protocol: ClientConnection) -> None:
         self.stream = stream
         self.protocol = protocol
+
+    def unread_bytes(self) -> int:
+        """Bytes received from the primary that the relay has not read yet: the kernel's receive
+        queue (FIONREAD), plus decrypted bytes TLS holds back.  For the lag metric."""
+        stream, held = self.stream, 0
+        while not isinstance(stream, trio.SocketStream):
+            if isinstance(stream, trio.SSLStream):
+                held += stream.pending()
+            stream = getattr(stream, "transport_stream", None)
+            if stream is None:
+                return held
+        fd = stream.socket.fileno()
+        if fd < 0:  # closed
+            return held
+        return held + int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
 
     async def flush(self) -> None:
         data = self.protocol.data_to_send()
@@ -259,6 +278,7 @@ class Upstream:
             else:
                 stream = await self._start_mirror_dump(conn, checksum_alg)
             self.status.stream = stream
+            self.status.unread_bytes = conn.unread_bytes
             self.status.connected = True
             self.status.failing_since = None
             self.status.connected_event.set()
@@ -542,8 +562,6 @@ class Upstream:
             if not data:
                 raise ConnectionError("the primary closed the connection")
             self.status.bytes_received += len(data)
-            # A full buffer means the socket had more waiting: the relay is reading a backlog.
-            self.status.reading_backlog = len(data) >= RECEIVE_SIZE
             try:
                 segments = receive_segments(data)
             except ServerError as exc:

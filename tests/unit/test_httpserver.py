@@ -1,13 +1,16 @@
-"""relay/httpserver.py over a real loopback socket, and the bounded histograms of relay/stats.py."""
+"""relay/httpserver.py over a real loopback socket, the bounded histograms of relay/stats.py, and
+the unread-bytes count the upstream lag relies on (a real TCP connection, no mocks)."""
 
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 from relay.httpserver import CONTENT_TYPE, HttpServer, Readiness
+from relay.protocol.client import ClientConnection
 from relay.stats import Histogram
 from relay.storage.relaylog import RelayLog
-from relay.upstream import UpstreamStatus
+from relay.upstream import UpstreamStatus, _Connection
 
 
 async def _get(port: int, path: str) -> tuple[str, str, str]:
@@ -60,3 +63,35 @@ def test_histogram_buckets_are_upper_bounds_and_memory_is_fixed():
     for _ in range(10_000):
         histogram.observe(0.2)
     assert len(histogram.counts) == size  # O(1) memory: nothing kept per observation
+
+
+async def test_unread_bytes_counts_what_waits_in_the_receive_queue():
+    # The upstream lag is 0 only when nothing the primary sent waits unread: this is that count.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        accepted: list[trio.SocketStream] = []
+
+        async def accept() -> None:
+            accepted.append(await listeners[0].accept())
+
+        nursery.start_soon(accept)
+        relay_side = await trio.open_tcp_stream("127.0.0.1", port)
+        while not accepted:
+            await trio.testing.wait_all_tasks_blocked()
+        primary_side = accepted[0]
+        conn = _Connection(relay_side, ClientConnection("repl", "x"))
+        assert conn.unread_bytes() == 0
+        await primary_side.send_all(b"x" * 100_000)
+        with trio.fail_after(10):
+            while conn.unread_bytes() < 100_000:  # loopback delivery is quick but not instant
+                await trio.sleep(0.01)
+        assert conn.unread_bytes() == 100_000
+        received = 0
+        while received < 100_000:
+            received += len(await relay_side.receive_some(65536))
+        assert conn.unread_bytes() == 0
+        await relay_side.aclose()
+        assert conn.unread_bytes() == 0  # a closed connection has nothing waiting
+        await primary_side.aclose()
+        await listeners[0].aclose()
