@@ -79,6 +79,10 @@ class RelayCollector(Collector):
                      int(status.semi_sync and status.connected))
         yield _counter("upstream_semi_sync_acks", "Transactions acknowledged to a semi-sync primary",
                        status.semi_sync_acks)
+        yield _gauge("upstream_disk_full", "1 while ingest waits for space in data_dir (serving goes on)",
+                     int(status.disk_full))
+        yield _counter("upstream_disk_full_pauses", "Times ingest paused because data_dir was full",
+                       status.disk_full_pauses)
         yield _counter("semi_sync_replica_timeouts", "Times the relay stopped waiting for its semi-sync replicas "
                        "(semi_sync.replica_timeout) and acknowledged alone", status.replica_ack_timeouts)
 

@@ -7,9 +7,11 @@ to retry; everything it parses is parsed by those sans-IO objects.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import math
+import os
 import random
 import time
 import ssl
@@ -18,6 +20,7 @@ import termios
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import trio
@@ -47,8 +50,9 @@ log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 20
 # MariaDB reads flag 0x02 as "send ANNOTATE_ROWS" (kept, so stored files stay identical); MySQL
-# (rpl_binlog_sender.cc) as USE_HEARTBEAT_EVENT_V2: a MySQL primary gets no flag.
+# (rpl_binlog_sender.cc) as USE_HEARTBEAT_EVENT_V2, which a MySQL 8.0.26+ replica asks for too.
 DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
+DUMP_FLAG_HEARTBEAT_V2 = 0x02
 MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (docs/protocol.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
@@ -125,6 +129,8 @@ class UpstreamStatus:
     clock_difference: float = 0.0  # this machine's clock minus the primary's, taken at connect
     # bytes the primary sent that wait unread on this machine (the current connection's receive queue)
     unread_bytes: Callable[[], int] = lambda: 0
+    disk_full: bool = False  # ingest is paused: data_dir has no space
+    disk_full_pauses: int = 0
     # time.monotonic() when ingest last stopped working (or the relay started), None while it works
     failing_since: float | None = field(default_factory=time.monotonic)
     replica_ack_timeouts: int = 0  # ACKs sent without the replicas' after semi_sync.replica_timeout
@@ -250,6 +256,12 @@ class Upstream:
                 log.error("upstream: ingest stopped: %s", exc)
                 raise
             except (*_RETRYABLE, UpstreamEnded, NoCandidate) as exc:
+                if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+                    # Not a network fault: reconnecting would download the same bytes to the same full
+                    # disk again and again. Wait for space, then resume where the last group ended.
+                    self._lost()
+                    await self._wait_for_space(exc)
+                    continue
                 self.status.last_error = _describe(exc)
                 if self.status.connected:
                     delay = self.settings.reconnect_initial_delay  # it worked for a while
@@ -260,6 +272,18 @@ class Upstream:
                 await trio.sleep(wait)
                 delay = min(delay * 2, self.settings.reconnect_max_delay)
                 self.status.reconnects += 1
+
+    async def _wait_for_space(self, exc: OSError) -> None:
+        data_dir = self.relay_log.data_dir
+        self.status.last_error = f"data_dir full: {exc.strerror}"
+        self.status.disk_full = True
+        self.status.disk_full_pauses += 1
+        log.error("upstream: %s is full (%s); ingest paused until space is freed, serving goes on", data_dir,
+                  exc.strerror)
+        while not _has_room(data_dir):
+            await trio.sleep(DISK_FULL_POLL_SECONDS)
+        self.status.disk_full = False
+        log.warning("upstream: %s has space again; resuming ingest", data_dir)
 
     def _lost(self) -> None:
         if self.status.failing_since is None:
@@ -360,7 +384,7 @@ class Upstream:
         stream = DumpStream(resume, checksum_alg)
         conn.protocol.register_slave(self.settings.relay_server_id)
         await conn.command()
-        flags = DUMP_FLAG_SEND_ANNOTATE_ROWS if conn.protocol.greeting.is_mariadb else 0  # type: ignore[union-attr]
+        flags = DUMP_FLAG_SEND_ANNOTATE_ROWS if conn.protocol.greeting.is_mariadb else DUMP_FLAG_HEARTBEAT_V2  # type: ignore[union-attr]
         conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id, flags)
         await conn.flush()
         log.info("upstream: dumping from %s:%d", file, resume.request_position)
@@ -572,6 +596,17 @@ class Upstream:
                 relay_log.apply(segments)
             else:
                 relay_log.sync_if_due()
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_POLL_SECONDS = 1.0
+ROOM_TO_RESUME = 64 << 20  # free bytes (or a tenth of a smaller file system) before ingest resumes
+
+
+def _has_room(path: Path) -> bool:
+    stats = os.statvfs(path)
+    free, size = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
+    return free >= min(ROOM_TO_RESUME, size // 10)
 
 
 _RETRYABLE = (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,

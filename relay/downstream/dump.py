@@ -45,6 +45,7 @@ class DumpRequest:
     registered_server_id: int | None  # of COM_REGISTER_SLAVE on this connection
     variables: dict[str, object]  # the user variables it set (@master_binlog_checksum, ...)
     mysql_gtid_set: bytes | None = None  # COM_BINLOG_DUMP_GTID: the GTID set the replica has (encoded)
+    mysql_flavour: bool = False  # the history served is MySQL's: flag 0x02 asks for heartbeat v2
 
     def flag(self, name: str) -> bool:
         """A boolean user variable (@slave_gtid_strict_mode ...): set and not 0."""
@@ -79,8 +80,8 @@ class DumpRequest:
             first_rotate_crc=str(checksum).upper() == "CRC32",
             ignore_server_ids=ignore_server_ids,
             # flag 0x02 is MariaDB's "send annotate rows" and MySQL's USE_HEARTBEAT_EVENT_V2
-            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS) or self.mysql_gtid_set is not None,
-            heartbeat_v2=self.mysql_gtid_set is not None and bool(self.flags & DUMP_FLAG_HEARTBEAT_V2),
+            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS) or self.mysql_flavour,
+            heartbeat_v2=self.mysql_flavour and bool(self.flags & DUMP_FLAG_HEARTBEAT_V2),
             # @mariadb_slave_capability: 0 (nothing understood) when unset or not a number
             replica_capability=int(capability) if isinstance(capability, (int, float)) else 0)
 

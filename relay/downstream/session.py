@@ -132,7 +132,8 @@ class _Session:
                     isinstance(event, proto.BinlogDumpGtid) and not self.context.facts().is_mariadb):
                 gtid_set = event.gtid_data if isinstance(event, proto.BinlogDumpGtid) else None
                 request = DumpRequest(event.file, event.position, event.flags, event.server_id,
-                                      self.registered_server_id, dict(self.variables.values), gtid_set)
+                                      self.registered_server_id, dict(self.variables.values), gtid_set,
+                                      mysql_flavour=not self.context.facts().is_mariadb)
                 await serve_dump(self.context, request, self.conn, self.flush, self.peer, self._receive)
                 return
             else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import mysql.connector
@@ -19,7 +20,7 @@ from pymysqlreplication.event import GtidEvent
 from relay.binlog import events as ev
 from tests.support.binlogs import file_events
 from tests.support.certs import make_certs
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, free_port
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, free_port, wait_for
 from tests.support.relay import RelayProcess, relay_config
 
 MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
@@ -29,7 +30,7 @@ SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transaction
 def _serve(tmp_path: Path, fixture: str, **overrides) -> RelayProcess:
     """A relay whose data_dir holds one MySQL-written file (its upstream unreachable)."""
     data_dir = tmp_path / "data"
-    data_dir.mkdir()
+    data_dir.mkdir(parents=True)
     shutil.copy(MYSQL / fixture, data_dir / fixture)
     (data_dir / "binlog.index").write_text(f"./{fixture}\n")
     fde = ev.parse_format_description(file_events((MYSQL / fixture).read_bytes())[0][1])
@@ -127,3 +128,34 @@ def test_mysql_clients_log_in_with_caching_sha2_password(tmp_path):
         assert not any(secret in log for secret in ("rsa-pass", "tls-pass", "connector-pass"))
     finally:
         assert relay.stop() == 0
+
+
+def test_a_relay_replicates_a_mysql_history_from_another_relay(tmp_path):
+    """Relay B follows relay A, which serves a MySQL 8.0.26-written history as a MySQL primary:
+    caching_sha2_password full authentication over RSA, heartbeat v2 while idle (B asks for it
+    as a MySQL 8.0.26+ replica does), and B's copy is byte for byte A's."""
+    a = _serve(tmp_path / "a", "binlog-invisible-columns.000001")
+    b = RelayProcess(tmp_path / "b", relay_config(tmp_path / "b" / "data", a.port, server_id=1002,
+                                                  upstream={"heartbeat_period": 0.5}))
+    b.start()
+    try:
+        b.wait_listening()
+        wait_for_mirror_of(a, b)
+        quiet_since = len(b.log_text())
+        deadline = time.monotonic() + 3  # six heartbeat periods with nothing to send
+        while time.monotonic() < deadline:
+            assert "reconnecting" not in b.log_text()[quiet_since:], b.log_text()[quiet_since:]
+            time.sleep(0.1)
+        assert "heartbeat_v2" not in b.log_text()  # read, never refused as an event to store
+    finally:
+        b.stop()
+        a.stop()
+
+
+def wait_for_mirror_of(source: RelayProcess, copy: RelayProcess) -> None:
+    def same() -> bool:
+        names = source.stored_files()
+        return copy.stored_files() == names and all(
+            (copy.data_dir / n).exists() and (copy.data_dir / n).read_bytes() == (source.data_dir / n).read_bytes()
+            for n in names)
+    wait_for(same, 30, "relay B did not become a copy of relay A")
