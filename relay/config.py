@@ -33,6 +33,8 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from .binlog.names import BINLOG_NAME
+
 __all__ = [
     "ENV_PREFIX",
     "Config",
@@ -400,12 +402,11 @@ def _section(cls: type, doc: str) -> Any:
 # The schema.  kw_only so required and defaulted keys can stay in their natural order.
 # --------------------------------------------------------------------------------------------
 
-_BINLOG_NAME = r"[^/\\\s]+\.[0-9]{6,}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class StartPosition:
-    file: str = _opt(_Str("binlog file name", _BINLOG_NAME, "a binlog file name like 'mysql-bin.000001'"),
+    file: str = _opt(_Str("binlog file name", BINLOG_NAME, "a binlog file name like 'mysql-bin.000001'"),
                      "Binlog file to start from, e.g. mysql-bin.000001.")
     position: int = _opt(_Int(4, 4), "Must be 4: stored files are whole copies of the primary's, "
                          "from their first event.", 4)

@@ -9,7 +9,6 @@ metrics and nothing grows between scrapes.  The HTTP endpoint is relay/httpserve
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Iterator
 
@@ -18,12 +17,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from .binlog.events import event_name
+from .binlog.names import file_number
 from .downstream.registry import Registry
 from .storage.relaylog import RelayLog
 from .upstream import UpstreamStatus
 
 PREFIX = "binlog_relay"
-_FILE_NUMBER = re.compile(r"\.(\d+)$")
 Family = GaugeMetricFamily | CounterMetricFamily
 
 
@@ -198,8 +197,7 @@ def _labelled_counter(name: str, doc: str, label: str, values: dict[str, int]) -
 
 
 def _file_number(name: str) -> int:
-    match = _FILE_NUMBER.search(name)
-    return int(match.group(1)) if match else 0
+    return file_number(name) or 0
 
 
 class Metrics:

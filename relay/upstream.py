@@ -29,7 +29,8 @@ from .binlog import events as ev
 from .binlog.gtid import BinlogState, format_gtid_position
 from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
 from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment, StreamError, UpstreamEnded
-from .binlog.translate import TranslatingStream, next_file_name
+from .binlog.names import next_file_name
+from .binlog.translate import TranslatingStream
 from .candidates import (RELAY_VERSION_COMMENT, CandidateFacts, CandidateRefused, check_history, check_writable,
                          parse_binlog_state)
 from .protocol.client import (

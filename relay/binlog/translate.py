@@ -21,6 +21,7 @@ import struct
 
 from . import events as ev
 from .groups import GroupTracker
+from .names import next_file_name
 from .gtid import BinlogState
 from .stream import Segment, StreamError, UpstreamEnded
 from ..protocol.packets import PacketReader, is_eof, parse_err
@@ -28,14 +29,6 @@ from ..protocol.packets import PacketReader, is_eof, parse_err
 _LOG_POS = struct.Struct("<I")
 _FILE_HEADER_EVENTS = frozenset({ev.GTID_LIST_EVENT, ev.BINLOG_CHECKPOINT_EVENT, ev.START_ENCRYPTION_EVENT})
 _LOG_POS_OFFSET = 13
-
-
-def next_file_name(name: str) -> str:
-    """mysql-bin.000009 -> mysql-bin.000010."""
-    base, _, number = name.rpartition(".")
-    if not number.isdigit():
-        raise StreamError(f"cannot name the file after {name!r}: its name does not end in a number")
-    return f"{base}.{int(number) + 1:0{len(number)}d}"
 
 
 class TranslatingStream:

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from ..binlog.names import valid_binlog_name
 from .files import DataDirError, atomic_write
 
 INDEX_NAME = "binlog.index"
-_BINLOG_NAME = re.compile(r"^[A-Za-z0-9_.-]+\.[0-9]{6,}$")
-
-
-def valid_binlog_name(name: str) -> bool:
-    return bool(_BINLOG_NAME.match(name))
 
 
 def read_index(data_dir: Path) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..binlog import events as ev
+from ..binlog.names import next_file_name
 from .relaylog import RelayLog
 from .scan import read_batch
 
@@ -179,12 +180,6 @@ class TailReader:
             raise StartRefused(_position_error(
                 "Client requested master to start replication from impossible position (not the start of "
                 "an event)", file, position))
-
-
-def next_file_name(name: str) -> str:
-    """mysql-bin.000009 -> mysql-bin.000010 ('' for a name without a number)."""
-    base, _, number = name.rpartition(".")
-    return f"{base}.{int(number) + 1:0{len(number)}d}" if number.isdigit() else ""
 
 
 def _position_error(message: str, file: str, position: int) -> str:

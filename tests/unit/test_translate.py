@@ -5,7 +5,8 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog.gtid import BinlogState, Gtid
-from relay.binlog.translate import TranslatingStream, next_file_name
+from relay.binlog.names import file_number, next_file_name, valid_binlog_name
+from relay.binlog.translate import TranslatingStream
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
@@ -115,11 +116,14 @@ def test_resuming_in_an_own_file_appends_after_what_is_stored():
     assert sum(1 for e in appended if e[4] == ev.GTID_LIST_EVENT) == 1  # the one it had
 
 
-def test_next_file_name_keeps_the_width_and_refuses_names_without_a_number():
+def test_the_one_rule_for_binlog_file_names():
     assert next_file_name("mysql-bin.000009") == "mysql-bin.000010"
     assert next_file_name("b.999999") == "b.1000000"
-    with pytest.raises(Exception, match="does not end in a number"):
+    with pytest.raises(ValueError, match="does not end in a number"):
         next_file_name("binlog")
+    assert [valid_binlog_name(n) for n in ("mysql-bin.000001", "a/b.000001", "x.12345", "x.1234567")] == [
+        True, False, False, True]
+    assert (file_number("mysql-bin.000042"), file_number("binlog.index")) == (42, None)
 
 
 EVENT_END_OF_FIRST_GROUP = next(offset for offset, event in file_events(BINLOG) if event[4] == ev.GTID_EVENT
