@@ -57,6 +57,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, NamedTuple
 
+from ..protocol.packets import ProtocolError, read_lenenc_int
+
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 # enum_field_types (include/mysql_com.h / field_types.h)
@@ -1189,13 +1191,13 @@ class JsonPartialUpdate:
 
 
 def _lenenc_at(buf: bytes, pos: int) -> tuple[int, int]:
-    first = buf[pos]
-    if first < 0xFB:
-        return first, pos + 1
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
-    if size is None:
-        raise ValueError(f"bad length-encoded integer prefix {first:#x}")
-    return int.from_bytes(buf[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+    try:
+        value, pos = read_lenenc_int(buf, pos)
+    except ProtocolError as bad:
+        raise ValueError(str(bad)) from None
+    if value is None:
+        raise ValueError(f"a NULL marker where a length-encoded integer belongs at {pos - 1}")
+    return value, pos
 
 
 def decode_json_diffs(data: bytes) -> tuple[JsonDiff, ...]:

@@ -10,6 +10,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from ..protocol.packets import ProtocolError, lenenc_int, read_lenenc_int
+
 BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_length, log_pos, flags
@@ -230,28 +232,17 @@ def heartbeat_v2_body(name: bytes, position: int) -> bytes:
     """The fields of a HEARTBEAT_LOG_EVENT_V2: the file name, the position (a length-encoded
     integer, 8 bytes), the end mark."""
     encoded_position = b"\xfe" + struct.pack("<Q", position)
-    return (bytes([1]) + _lenenc_bytes(len(name)) + name + bytes([2, len(encoded_position)]) + encoded_position
-            + b"\x00")
-
-
-def _lenenc_bytes(value: int) -> bytes:
-    if value < 0xFB:
-        return bytes([value])
-    if value < 1 << 16:
-        return b"\xfc" + struct.pack("<H", value)
-    if value < 1 << 24:
-        return b"\xfd" + value.to_bytes(3, "little")
-    return b"\xfe" + struct.pack("<Q", value)
+    return bytes([1]) + lenenc_int(len(name)) + name + bytes([2, len(encoded_position)]) + encoded_position + b"\x00"
 
 
 def _lenenc(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    first = data[pos]
-    if first < 0xFB:
-        return first, pos + 1
-    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}.get(first)
-    if size is None:
-        raise BinlogFormatError(f"bad length-encoded integer 0x{first:02x}")
-    return int.from_bytes(data[pos + 1:pos + 1 + size], "little"), pos + 1 + size
+    try:
+        value, pos = read_lenenc_int(data, pos)
+    except ProtocolError as bad:
+        raise BinlogFormatError(str(bad)) from None
+    if value is None:
+        raise BinlogFormatError("a NULL where a heartbeat field holds a number")
+    return value, pos
 
 
 QUERY_POST_HEADER_LEN = 13
