@@ -48,6 +48,7 @@ def upstream_settings(config: Config) -> UpstreamSettings:
         ssl_ca=upstream.ssl.ca,
         ssl_cert=upstream.ssl.cert,
         ssl_key=upstream.ssl.key,
+        server_public_key=Path(upstream.server_public_key).read_bytes() if upstream.server_public_key else None,
     )
 
 

@@ -459,6 +459,9 @@ class UpstreamConfig:
                                 "answers 503.", 60.0)
     reconnect: ReconnectConfig = _section(ReconnectConfig, "Reconnect back-off.")
     ssl: UpstreamSSL = _section(UpstreamSSL, "TLS to the primary.")
+    server_public_key: str | None = _opt(_Str("path"), "The primary's RSA public key (PEM) for caching_sha2_password "
+                                         "without TLS (MySQL 8); without it the key is asked of the primary.",
+                                         None, nullable=True)
     semi_sync: bool = _opt(_Bool(), "Be a semi-sync replica of a primary that runs semi-sync, acknowledging each "
                            "transaction once it is on the relay's disk (needs storage.sync: commit).", False)
 
@@ -607,6 +610,14 @@ def _check_listen_ssl(raw: Mapping, values: dict, report: _Report) -> None:
 
 
 def _check_upstream(raw: Mapping, values: dict, report: _Report) -> None:
+    key_path = values.get("server_public_key")
+    if key_path is not None and _valid(key_path):
+        try:
+            with open(key_path, "rb") as key_file:
+                if b"PUBLIC KEY-----" not in key_file.read(65536):
+                    report("server_public_key", f"{key_path} holds no PEM public key")
+        except OSError as err:
+            report("server_public_key", f"cannot read {key_path!r}: {err.strerror or err}")
     has_host, has_hosts = raw.get("host") is not None, bool(raw.get("hosts"))
     if has_host and has_hosts:
         report("hosts", "give host (one primary) or hosts (candidate primaries), not both")

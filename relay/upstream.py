@@ -102,6 +102,7 @@ class UpstreamSettings:
     # upstream.hosts: the candidate primaries in order of preference (empty: host and port alone)
     candidates: tuple[Candidate, ...] = ()
     semi_sync: bool = False
+    server_public_key: bytes | None = field(default=None, repr=False)  # PEM, for caching_sha2 over RSA
     wait_for_replicas: int = 0  # semi_sync.wait_for_replicas
     replica_timeout: float = 10.0
 
@@ -215,7 +216,8 @@ async def connect(settings: UpstreamSettings, candidate: Candidate | None = None
     candidate = candidate or settings.all_candidates[0]
     with trio.fail_after(settings.connect_timeout):
         stream: trio.abc.Stream = await trio.open_tcp_stream(candidate.host, candidate.port)
-        protocol = ClientConnection(settings.user, settings.password, tls=settings.ssl_mode)
+        protocol = ClientConnection(settings.user, settings.password, tls=settings.ssl_mode,
+                                    server_public_key=settings.server_public_key)
         conn = _Connection(stream, protocol)
         while True:
             event = await conn.next_event()

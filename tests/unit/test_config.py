@@ -692,3 +692,11 @@ def test_two_users_with_one_variable_name_are_named():
     users = [{"name": "a-b", "password": "p"}, {"name": "a.b", "password": "q"}]
     assert errors_of(with_(minimal(), "users", users), {"BINLOG_RELAY_USERS_A_B_PASSWORD": "x"}) == [
         "BINLOG_RELAY_USERS_A_B_PASSWORD: users 'a-b' and 'a.b' have the same variable name; rename one"]
+
+
+def test_the_primarys_public_key_file_is_checked(tmp_path):
+    key = write(tmp_path, "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n", "key.pem")
+    assert parse_config(with_(minimal(), "upstream.server_public_key", str(key)), {}).upstream.server_public_key
+    not_a_key = write(tmp_path, "hello", "other.pem")
+    assert errors_of(with_(minimal(), "upstream.server_public_key", str(not_a_key))) == [
+        f"upstream.server_public_key: {not_a_key} holds no PEM public key"]
