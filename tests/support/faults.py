@@ -25,10 +25,10 @@ SCHEMA = "faults"
 class SequenceLoad:
     """Transactions one after another on one connection, until stopped: transaction k inserts the row
     n = k (the primary key) into faults.seq. Every 8th carries a 48 KiB value and a second statement,
-    so a cut lands inside an event and inside a transaction often. A replica that lost a transaction
+    so a cut lands inside an event and inside a transaction often (big_every=None: none). A replica that lost a transaction
     has fewer rows than MAX(n); one that applied one twice stops on a duplicate key."""
 
-    def __init__(self, primary: MariaDB, big_every: int = 8) -> None:
+    def __init__(self, primary: MariaDB, big_every: int | None = 8) -> None:
         self.primary = primary
         self.big_every = big_every
         self.commits = 0
@@ -45,7 +45,7 @@ class SequenceLoad:
             with conn.cursor() as cur:
                 while not self._stop.is_set():
                     n = self.commits + 1
-                    big = n % self.big_every == 0
+                    big = self.big_every is not None and n % self.big_every == 0
                     cur.execute("BEGIN")
                     cur.execute(f"INSERT INTO {SCHEMA}.seq (n, pad) VALUES (%s, REPEAT('p', %s))",
                                 (n, 48 * 1024 if big else n % 200))
