@@ -34,6 +34,7 @@ def upstream_settings(config: Config) -> UpstreamSettings:
         port=first.port,
         candidates=candidates,
         semi_sync=upstream.semi_sync,
+        behind_wait=upstream.behind_wait,
         wait_for_replicas=config.semi_sync.wait_for_replicas,
         replica_timeout=config.semi_sync.replica_timeout,
         user=upstream.user,

@@ -71,6 +71,29 @@ def check_history(stored: BinlogState, candidate: BinlogState) -> None:
                                              "it is behind; tried again later")
 
 
+class BehindWaits:
+    """upstream.behind_wait: a candidate refused as behind is preferred to the candidates after it
+    for that long from its first refusal (it may be catching up, as in a lossless promotion), and
+    then given up for them."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self._since: dict[str, float] = {}
+
+    def refused(self, candidate: str, reason: str, now: float) -> None:
+        if reason == "behind":
+            self._since.setdefault(candidate, now)
+        else:
+            self._since.pop(candidate, None)
+
+    def accepted(self, candidate: str) -> None:
+        self._since.pop(candidate, None)
+
+    def waiting_for(self, before: list[str], now: float) -> str | None:
+        """The first of ``before`` (candidates earlier in order) still within its wait."""
+        return next((c for c in before if c in self._since and now - self._since[c] < self.bound), None)
+
+
 def parse_binlog_state(text: str) -> BinlogState:
     """@@gtid_binlog_state, 'D-S-N,D-S-N,...' with one entry per domain and server_id."""
     state = BinlogState()

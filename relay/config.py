@@ -455,6 +455,9 @@ class UpstreamConfig:
                                               "replicas (loop filter; storage keeps them).", ())
     heartbeat_period: float = _opt(_Seconds(4294967), "Heartbeat interval the primary is asked for.", 15.0)
     connect_timeout: float = _opt(_Seconds(), "Timeout for connecting and logging in.", 10.0)
+    behind_wait: float = _opt(_Seconds(), "With hosts: how long a candidate "
+                              "refused as behind is waited for (it may be catching up) before the candidates after "
+                              "it are followed.", 30.0)
     unready_after: float = _opt(_Seconds(), "How long ingest may fail (reconnecting with back-off) before /readyz "
                                 "answers 503.", 60.0)
     reconnect: ReconnectConfig = _section(ReconnectConfig, "Reconnect back-off.")

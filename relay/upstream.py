@@ -31,7 +31,7 @@ from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
 from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment, StreamError, UpstreamEnded
 from .binlog.names import next_file_name
 from .binlog.translate import TranslatingStream
-from .candidates import (RELAY_VERSION_COMMENT, CandidateFacts, CandidateRefused, check_history, check_writable,
+from .candidates import (RELAY_VERSION_COMMENT, BehindWaits, CandidateFacts, CandidateRefused, check_history, check_writable,
                          parse_binlog_state)
 from .protocol.client import (
     NEED_DATA,
@@ -102,6 +102,7 @@ class UpstreamSettings:
     # upstream.hosts: the candidate primaries in order of preference (empty: host and port alone)
     candidates: tuple[Candidate, ...] = ()
     semi_sync: bool = False
+    behind_wait: float = 0.0  # upstream.behind_wait
     server_public_key: bytes | None = field(default=None, repr=False)  # PEM, for caching_sha2 over RSA
     wait_for_replicas: int = 0  # semi_sync.wait_for_replicas
     replica_timeout: float = 10.0
@@ -243,6 +244,7 @@ class Upstream:
         self.status = UpstreamStatus()
         self._replica_uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-{settings.relay_server_id}"))
         self._gtid_index = GtidIndex(relay_log)
+        self._behind_waits = BehindWaits(settings.behind_wait)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -317,12 +319,17 @@ class Upstream:
     async def _choose_candidate(self) -> tuple[_Connection, CandidateFacts]:
         """The first candidate that is a primary the relay may follow; each refusal is logged."""
         reasons = []
-        for candidate in self.settings.all_candidates:
+        for index, candidate in enumerate(self.settings.all_candidates):
             conn = None
             try:
                 conn = await connect(self.settings, candidate)
                 facts = await self._vet(conn)
+                earlier = [str(c) for c in self.settings.all_candidates[:index]]
+                if (waited := self._behind_waits.waiting_for(earlier, time.monotonic())) is not None:
+                    raise NoCandidate(f"{candidate} could be followed, but {waited}, before it in upstream.hosts, "
+                                      f"is behind and is waited for up to {self.settings.behind_wait:.0f}s")
             except CandidateRefused as refusal:
+                self._behind_waits.refused(str(candidate), refusal.reason, time.monotonic())
                 self.status.refusals[refusal.reason] = self.status.refusals.get(refusal.reason, 0) + 1
                 log.warning("upstream: candidate %s refused (%s): %s", candidate, refusal.reason, refusal)
                 reasons.append(f"{candidate}: {refusal.reason}")
@@ -338,6 +345,7 @@ class Upstream:
                     await trio.aclose_forcefully(conn.stream)
                 raise
             else:
+                self._behind_waits.accepted(str(candidate))
                 break
             if conn is not None:
                 await trio.aclose_forcefully(conn.stream)

@@ -38,3 +38,19 @@ def test_writable_means_read_only_off_and_not_replicating_unless_a_relay():
             check_writable(facts)
         assert refused.value.reason == reason
     check_writable(CandidateFacts(1001, True, "binlog-relay", False, None))
+
+
+def test_a_behind_candidate_is_waited_for_before_the_ones_after_it():
+    from relay.candidates import BehindWaits
+
+    waits = BehindWaits(bound=30)
+    waits.refused("db-0:3306", "behind", now=100)
+    assert waits.waiting_for(["db-0:3306"], now=120) == "db-0:3306"  # db-1 is not followed yet
+    assert waits.waiting_for(["db-0:3306"], now=131) is None  # given up for db-1
+    waits.refused("db-0:3306", "behind", now=140)  # still the first refusal that counts
+    assert waits.waiting_for(["db-0:3306"], now=141) is None
+    waits.accepted("db-0:3306")
+    waits.refused("db-0:3306", "behind", now=200)  # a new episode
+    assert waits.waiting_for(["db-0:3306"], now=210) == "db-0:3306"
+    waits.refused("db-0:3306", "diverged", now=211)  # never worth waiting for
+    assert waits.waiting_for(["db-0:3306"], now=212) is None
