@@ -112,8 +112,11 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
             committed = relay.stored_files()
             deadline = full_since + FULL_WINDOW
             wait_for(lambda: time.monotonic() >= deadline, FULL_WINDOW + 5)  # the observation window itself
-            assert metric(relay, "binlog_relay_upstream_disk_full") == 1
             connections_while_full = counter.connections - connections_before
+            assert connections_while_full <= MOST_CONNECTIONS_WHILE_FULL, (
+                f"{connections_while_full} connections to the primary in {FULL_WINDOW:.0f}s while data_dir was full"
+                f" (each downloads the same events again); relay log:\n{relay.log_text()[-2000:]}")
+            assert metric(relay, "binlog_relay_upstream_disk_full") == 1
             assert_healthy(replica)
             events = dump_events(relay.port, FIRST_FILE, 4, server_id=950)
             assert events, "a dump of the stored files got nothing while data_dir was full"
@@ -122,9 +125,6 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
         assert "is full" in log and "ingest paused" in log, log[-3000:]
         problems = _not_a_prefix(primary, relay.data_dir, relay.stored_files())
         assert not problems, problems
-        assert connections_while_full <= MOST_CONNECTIONS_WHILE_FULL, (
-            f"{connections_while_full} connections to the primary in {FULL_WINDOW:.0f}s while data_dir was full "
-            f"(each downloads the same events again); relay log:\n{log[-3000:]}")
         freed = time.monotonic()
         ballast.unlink()
         recovery = converged(primary, relay, [replica], commits, timeout=120)
