@@ -1,0 +1,151 @@
+"""Stored files damaged on disk while the relay was stopped: one byte flipped inside a rows event of a
+closed file, and the tail of another closed file cut off. The damage must be found (by CRC32 at start-up
+or when the event is read for a dump), reported with the file and the position, and never served as
+valid data: a raw dump and `mariadb-binlog --read-from-remote-server` through the relay end with an error
+naming the file and the position, and none of the damaged bytes reaches them.
+
+This is what the serving-side check in relay/storage/reader.py and relay/downstream/dump.py is for
+(issue 10 section 3, fault 5).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from relay.protocol.packets import is_eof, is_err, parse_err
+from tests.support.faults import SequenceLoad
+from tests.support.mariadb import REPL_PASSWORD, REPL_USER, find_program, wait_for
+from tests.support.relay import wait_for_mirror
+from tests.support.replication import HEADER, HEADER_LEN, RawClient, binlog_events, wait_binlog_settled
+
+WRITE_ROWS = (23, 30)  # WRITE_ROWS_EVENT v1 (as MariaDB writes them) and v2
+CUT_BYTES = 7
+
+
+def _event_offsets(path) -> list[tuple[int, int, int]]:
+    """(start offset, type, length) of each event of a binlog file."""
+    offsets, pos = [], 4
+    for event in binlog_events(path):
+        offsets.append((pos, event.type, event.length))
+        pos += event.length
+    return offsets
+
+
+def _raw_dump(port: int, file: str) -> tuple[list[bytes], object]:
+    """Events of a non-blocking dump from file:4 up to its end: (events, the ERR as a ServerError, or None)."""
+    events: list[bytes] = []
+    with RawClient(port) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        client.query("SET @mariadb_slave_capability = 4")
+        client.start_dump(file, 4, server_id=960, flags=0x01)
+        while True:
+            for packet in client.next_dump_packets():
+                if is_err(packet):
+                    return events, parse_err(packet)
+                if is_eof(packet):
+                    return events, None
+                events.append(bytes(packet[1:]))
+
+
+def _names_position(text: str, file: str, positions: tuple[int, ...]) -> bool:
+    return file in text and any(str(p) in text for p in positions)
+
+
+TRUNCATED_BUG = (
+    "relay bug: a closed stored file cut short on disk stops the whole relay at start-up with "
+    "'the primary's mysql-bin.00000N differs in size from the stored copy: refusing to mix two binlog histories "
+    "(another primary, or the primary's binlogs were reset; use a new data_dir for a new history)': the damage "
+    "is taken for another history (the advice would throw the data_dir away), no position is given, and "
+    "nothing is served any more, not even the intact files")
+
+
+def _stored_history(mariadb_factory, fault_relay):
+    """A primary with several closed files, and a stopped relay holding a mirror of them."""
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=131072"])
+    relay = fault_relay("relay", primary.port)
+    with SequenceLoad(primary) as load:
+        while len(primary.binlog_files()) < 6:
+            load.wait_commits(100)
+        load.stop()
+    wait_binlog_settled(primary)
+    wait_for_mirror(primary, relay)
+    assert relay.stop() == 0
+    return primary, relay
+
+
+def _restart(relay) -> None:
+    relay.start()
+    relay.wait_listening()
+    assert relay.alive(), relay.log_text()[-3000:]
+
+
+def test_flipped_byte_is_never_served(mariadb_factory, fault_relay):
+    """One bit flipped in the middle of the body of a rows event in the middle of a closed file."""
+    primary, relay = _stored_history(mariadb_factory, fault_relay)
+    flipped_name = relay.stored_files()[1]
+    flipped_path = relay.data_dir / flipped_name
+    rows = [entry for entry in _event_offsets(flipped_path) if entry[1] in WRITE_ROWS]
+    start, _, length = rows[len(rows) // 2]
+    flip_at = start + HEADER_LEN + (length - HEADER_LEN) // 2
+    damaged_event = bytearray(flipped_path.read_bytes()[start:start + length])
+    with open(flipped_path, "r+b") as f:
+        f.seek(flip_at)
+        byte = f.read(1)[0]
+        f.seek(flip_at)
+        f.write(bytes([byte ^ 0x10]))
+    damaged_event[flip_at - start] ^= 0x10
+    flipped_positions = (start, start + length)
+    _restart(relay)
+
+    # a raw dump of the file: the events before the damaged one, then ERR 1236 naming file and position
+    events, err = _raw_dump(relay.port, flipped_name)
+    assert err is not None, f"the dump of {flipped_name} ended without an error: the damaged event was served"
+    assert err.code == 1236, err
+    assert _names_position(err.message, flipped_name, flipped_positions), err.message
+    assert bytes(damaged_event) not in events, "the damaged event was sent"
+    assert all(HEADER.unpack_from(event)[4] <= start for event in events if len(event) >= HEADER_LEN
+               and HEADER.unpack_from(event)[4] > 4), "events after the damaged one were sent"
+
+    # mariadb-binlog through the relay: fails, and says where
+    result = subprocess.run(
+        [find_program("mariadb-binlog"), "--read-from-remote-server", "--host=127.0.0.1", f"--port={relay.port}",
+         f"--user={REPL_USER}", f"--password={REPL_PASSWORD}", "--raw", f"--result-file={relay.work_dir}/mb-",
+         flipped_name], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0, "mariadb-binlog read the damaged file through the relay without an error"
+    assert _names_position(result.stderr, flipped_name, flipped_positions), result.stderr
+    downloaded = relay.work_dir / f"mb-{flipped_name}"
+    assert not downloaded.exists() or bytes(damaged_event) not in downloaded.read_bytes()
+
+    log = relay.log_text()
+    assert _names_position(log, flipped_name, flipped_positions), log[-3000:]
+    assert relay.alive()
+
+
+@pytest.mark.xfail(strict=True, reason=TRUNCATED_BUG)
+def test_truncated_closed_file_is_reported_and_never_served(mariadb_factory, fault_relay):
+    """The last CUT_BYTES of a closed file gone (its ROTATE cut short). Expected: the relay keeps serving,
+    says which file is damaged and where, and either repairs the file from the primary or ends a dump of it
+    with ERR 1236 naming the file and the position."""
+    primary, relay = _stored_history(mariadb_factory, fault_relay)
+    cut_name = relay.stored_files()[3]
+    cut_path = relay.data_dir / cut_name
+    cut_size = cut_path.stat().st_size
+    last_start = _event_offsets(cut_path)[-1][0]
+    os.truncate(cut_path, cut_size - CUT_BYTES)
+    cut_positions = (last_start, cut_size, cut_size - CUT_BYTES)
+    _restart(relay)
+    wait_for(lambda: not relay.alive() or cut_name in relay.log_text(), 30,
+             f"the relay never mentioned {cut_name}")
+    assert relay.alive(), relay.log_text()[-3000:]
+    assert _names_position(relay.log_text(), cut_name, cut_positions), relay.log_text()[-3000:]
+    events, err = _raw_dump(relay.port, cut_name)
+    if err is None:  # repaired from the primary: its bytes
+        original = primary.binlog_path(cut_name).read_bytes()
+        assert cut_path.read_bytes() == original, (
+            f"the dump of {cut_name}, cut short on disk, ended without an error and the file was not repaired")
+    else:
+        assert err.code == 1236, err
+        assert _names_position(err.message, cut_name, cut_positions), err.message
