@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.faults import endpoint_texts
+from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts
 from tests.support.mariadb import free_port
 from tests.support.relay import RelayProcess
 from tests.support.replication import relay_factory  # noqa: F401 - a fixture the fault tests use
@@ -30,9 +29,6 @@ KILL9_CYCLES = 200 if LONG else 20
 PROXY_FAULTS_EACH = 100 if LONG else 10  # per kind and leg; the 20 do not fit the default budget
 HOSTILE_CASES = 100_000 if LONG else 3_000
 
-# Every relay the fault tests started in this session: (work_dir, passwords it was given).
-STARTED_RELAYS: list[tuple[Path, tuple[str, ...]]] = []
-ENDPOINTS_FILE = "endpoints-at-stop.txt"
 
 
 def passwords_of(config: dict[str, Any]) -> tuple[str, ...]:

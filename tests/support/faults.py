@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from .mariadb import MariaDB, wait_for
@@ -20,6 +21,12 @@ from .relay import RelayProcess, wait_for_mirror
 from .replication import assert_healthy, assert_same_data, wait_binlog_settled
 
 SCHEMA = "faults"
+
+# Every relay the fault tests started in this session: (work_dir, the passwords it was given); filled by the
+# fault_relay fixture (tests/faults/conftest.py), read by tests/faults/test_secrets.py. Here, not in the
+# conftest, so both see one list whatever name pytest imports the conftest under.
+STARTED_RELAYS: list[tuple[Path, tuple[str, ...]]] = []
+ENDPOINTS_FILE = "endpoints-at-stop.txt"  # the relay's /metrics, /healthz and /readyz just before it stopped
 
 
 class SequenceLoad:
