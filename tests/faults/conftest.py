@@ -26,8 +26,8 @@ LONG = SCALE == "long"
 
 # How many faults of each class one run injects (RELIABILITY.md has the figures of both runs).
 KILL9_CYCLES = 200 if LONG else 20
-PROXY_FAULTS_EACH = 100 if LONG else 10  # per kind and leg; the 20 do not fit the default budget
-HOSTILE_CASES = 100_000 if LONG else 3_000
+PROXY_FAULTS_EACH = 100 if LONG else 20  # per kind and leg
+HOSTILE_CASES = 100_000 if LONG else 5_000
 
 
 

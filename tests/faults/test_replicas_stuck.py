@@ -77,8 +77,8 @@ def test_stuck_and_slow_replicas_do_not_hold_back_the_rest(mariadb_factory, faul
         assert slow_received < written, "the slow reader was not behind: the test proved nothing"
         peak = relay.peak_rss_bytes()
         print(f"\nFAULTS stuck/slow: {written / 2**20:.0f} MiB of binlog in {load_seconds:.1f}s, {commits} counted "
-              f"transactions; relay mirrored {mirror_lag:.2f}s after the last write, the real replica current "
-              f"{recovery:.2f}s after; slow reader at {slow_received / 2**20:.1f} MiB; relay RSS before "
+              f"transactions; relay mirrored {mirror_lag:.2f}s after the last write, then {recovery};"
+              f" slow reader at {slow_received / 2**20:.1f} MiB; relay RSS before "
               f"{rss_before / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB")
         assert peak - rss_before < RSS_GROWTH_BOUND, (
             f"relay peak RSS {peak / 2**20:.1f} MiB, {rss_before / 2**20:.1f} MiB before {written / 2**20:.0f} MiB "

@@ -23,7 +23,7 @@ from relay.protocol.client import AuthenticationError
 from relay.protocol.packets import ServerError
 from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts, metric
 from tests.support.mariadb import wait_for
-from tests.support.replication import FIRST_FILE, RawClient, attach_replica, wait_caught_up
+from tests.support.replication import FIRST_FILE, RawClient, wait_caught_up
 
 UPSTREAM_PASSWORD = "Up-s3cret-7f3a9c1e"
 INLINE_PASSWORD = "Inline-s3cret-91c2d8"

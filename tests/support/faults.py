@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,17 +119,29 @@ def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0
     wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """Seconds from the call of converged() until the relay was a mirror, and until every replica was current."""
+
+    mirror: float
+    replicas: float
+
+    def __str__(self) -> str:
+        return f"mirror {self.mirror:.1f}s, replicas {self.replicas:.1f}s"
+
+
 def converged(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], commits: int | None = None,
-              timeout: float = 120.0) -> float:
+              timeout: float = 120.0) -> Recovery:
     """Wait until the relay's files are the primary's and every replica executed everything, then check
-    the data (CHECKSUM TABLE, and each load transaction exactly once when commits is given); returns
-    the seconds the waiting took (the time to recover, counted from the call)."""
+    the data (CHECKSUM TABLE, and each load transaction exactly once when commits is given); returns how
+    long the waiting took (the time to recover, counted from the call)."""
     started = time.monotonic()
     wait_binlog_settled(primary, timeout)
     wait_for_mirror(primary, relay, timeout=timeout)
+    mirror = time.monotonic() - started
     for replica in replicas:
         wait_replica_gtid(primary, replica, timeout)
-    recovered = time.monotonic() - started
+    recovered = Recovery(mirror, time.monotonic() - started)
     for replica in replicas:
         assert_healthy(replica)
         assert_same_data(primary, replica)
