@@ -136,6 +136,6 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
         print(f"\nFAULTS disk full ({groups} groups): {DISK_MIB} MiB tmpfs, paused with {len(committed)} files stored; "
               f"{connections_while_full} upstream connections in {FULL_WINDOW:.0f}s while full; {commits} "
               f"transactions; after space was freed, mirror and replica current in {total:.1f}s "
-              f"({recovery})")
+              f"({recovery}); relay peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
     finally:
         counter.close()

@@ -22,6 +22,7 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay):
     attach_replica(by_gtid, relay.port, use_gtid="slave_pos")
     rng = random.Random(20261124)
     restarts: list[float] = []
+    peaks: list[int] = []  # each run's peak RSS, just before its kill
     with SequenceLoad(primary) as load:
         load.wait_commits(50)
         for cycle in range(KILL9_CYCLES):
@@ -34,6 +35,7 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay):
                 deadline = time.monotonic() + rng.uniform(0.0, 0.4)
                 wait_for(lambda: time.monotonic() >= deadline, 5)
             assert relay.alive(), relay.log_text()[-3000:]
+            peaks.append(relay.peak_rss_bytes())
             killed = time.monotonic()
             relay.kill9()
             relay.start()
@@ -44,4 +46,5 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay):
     recovery = converged(primary, relay, [by_position, by_gtid], commits)
     assert "Traceback" not in relay.log_text()
     print(f"\nFAULTS kill9: {KILL9_CYCLES} kills, {commits} transactions, restart to listening median "
-          f"{statistics.median(restarts):.2f}s max {max(restarts):.2f}s, after the load: {recovery}")
+          f"{statistics.median(restarts):.2f}s max {max(restarts):.2f}s, after the load: {recovery}; "
+          f"peak RSS of a run at most {max(peaks) / 2**20:.1f} MiB")

@@ -51,11 +51,12 @@ def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
         assert all(count == PROXY_FAULTS_EACH for count in downstream.fired.values()), downstream.fired
         recovery = converged(primary, relay, [by_position, by_gtid], commits)
         assert "Traceback" not in relay.log_text()
+        peak = relay.peak_rss_bytes()
         summary = ", ".join(f"{leg} reconnect median {statistics.median(times):.2f}s max {max(times):.2f}s"
                             for leg, times in reconnects.items() if times)
         print(f"\nFAULTS proxy: {len(plan)} faults ({PROXY_FAULTS_EACH} of each of {FAULTS} per leg), {commits} "
               f"transactions, {upstream.connections} upstream and {downstream.connections} downstream connections; "
-              f"{summary}; after the load: {recovery}")
+              f"{summary}; after the load: {recovery}; relay peak RSS {peak / 2**20:.1f} MiB")
     finally:
         upstream.close()
         if downstream is not None:
