@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,7 @@ def _group_segments(data: bytes) -> list[Segment]:
 
 
 async def test_committer_publishes_only_after_its_fsync_and_shares_one_among_groups(tmp_path, nursery):
-    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log = RelayLog(tmp_path, sync="commit", inline_fsync_max_bytes=0)  # the committer's thread
     relay_log.open()
     nursery.start_soon(relay_log.run_committer)
     await trio.testing.wait_all_tasks_blocked()
@@ -153,7 +154,7 @@ async def test_committer_publishes_only_after_its_fsync_and_shares_one_among_gro
 
 async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_rest(tmp_path, nursery,
                                                                                      monkeypatch):
-    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log = RelayLog(tmp_path, sync="commit", inline_fsync_max_bytes=0)  # the committer's thread
     relay_log.open()
     nursery.start_soon(relay_log.run_committer)
     await trio.testing.wait_all_tasks_blocked()
@@ -187,7 +188,7 @@ async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_r
 
 
 async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeypatch):
-    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log = RelayLog(tmp_path, sync="commit", inline_fsync_max_bytes=0)  # the committer's thread
     relay_log.open()
     real_fsync = os.fsync
 
@@ -206,6 +207,68 @@ async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeyp
     assert relay_log.committed == (NAME, 4)  # nothing acknowledged
     relay_log.close()  # nor at close: the written group is cut, not fsynced again and kept
     assert (tmp_path / NAME).read_bytes() == BINLOG[:4]
+
+
+async def test_a_small_batch_on_a_fast_disk_is_fsynced_and_published_without_a_thread_hand_off(tmp_path, nursery):
+    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log.open()
+    nursery.start_soon(relay_log.run_committer)
+    await trio.testing.wait_all_tasks_blocked()
+    first, second, *_ = _group_segments(BINLOG)
+    relay_log.apply([first])  # the first fsync of a relay is taken as fast
+    assert relay_log.committed == (NAME, first.committed_end), "not committed by apply itself"
+    assert relay_log.fsync_seconds.count >= 1, "committed without an fsync"
+    relay_log.apply([second])
+    assert relay_log.committed == (NAME, second.committed_end)
+    relay_log.close()
+    assert (tmp_path / NAME).read_bytes()[: second.committed_end] == BINLOG[: second.committed_end]
+
+
+async def test_the_fsyncs_of_a_slow_disk_go_to_the_committers_thread(tmp_path, nursery, monkeypatch):
+    relay_log = RelayLog(tmp_path, sync="commit", inline_fsync_max_bytes=len(BINLOG))
+    relay_log.open()
+    nursery.start_soon(relay_log.run_committer)
+    await trio.testing.wait_all_tasks_blocked()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:  # a disk whose fsync takes 5 ms
+        time.sleep(0.005)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    segments = _group_segments(BINLOG)
+    relay_log.apply([segments[0]])  # inline: nothing known yet about this disk
+    assert relay_log.committed == (NAME, segments[0].committed_end)
+    for segment in segments[1:]:
+        before = relay_log.committed
+        relay_log.apply([segment])
+        if relay_log.committed == before:  # the moving average passed the limit: the thread's turn
+            break
+    else:
+        raise AssertionError("every fsync of a slow disk ran in the event loop")
+    with trio.fail_after(10):
+        assert await relay_log.wait_for_commit(before) == (NAME, segment.committed_end)
+    relay_log.close()
+
+
+async def test_a_failed_inline_fsync_stops_ingest_and_acknowledges_nothing(tmp_path, nursery, monkeypatch):
+    relay_log = RelayLog(tmp_path, sync="commit")
+    relay_log.open()
+    nursery.start_soon(relay_log.run_committer)
+    await trio.testing.wait_all_tasks_blocked()
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    first, second, *_ = _group_segments(BINLOG)
+    relay_log.apply([first])
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(DataDirError, match=f"fsync of .*{NAME} failed: .*Input/output error"):
+        relay_log.apply([second])
+    assert relay_log.committed == (NAME, first.committed_end)
+    monkeypatch.undo()
+    relay_log.close()  # the unacknowledged group is cut, not fsynced again and kept
+    assert (tmp_path / NAME).read_bytes() == BINLOG[: first.committed_end]
 
 
 def test_fsync_figures_take_the_same_memory_however_many_fsyncs():
