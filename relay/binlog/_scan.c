@@ -22,11 +22,13 @@
  *   counts, sizes   lists of 256 ints (events and bytes per type), increased in place
  *   Returns where it stopped, and the events it took, concatenated (None if it took none).
  *
- * frame(block, size, seq, stop_at_origin, group_starts) -> (packets, used, events, last, seq)
+ * frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)
  *   Serve (outbound.frame_block): the whole stored events at the start of block[:size] as
  *   dump packets (u24 length, sequence id, 00, event), stopping before an event of 16 MB or
  *   more, a partial one, or a group start (group_starts: 256 bytes, 1 per type) written by
- *   server stop_at_origin (-1: none).  last: the offset of the last event framed.
+ *   server stop_at_origin (-1: none).  Events of the types marked in leave_out (256 bytes)
+ *   are passed over, not framed: what a primary leaves out for this replica (annotations
+ *   it did not ask for).  last: the offset of the last event framed.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -206,7 +208,7 @@ done:
 static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (!takes("frame", 6, nargs))
+    if (!takes("frame", 7, nargs))
         return NULL;
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     long seq = PyLong_AsLong(args[2]);
@@ -218,6 +220,11 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     const unsigned char *group_starts = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    if (!PyBytes_Check(args[6]) || PyBytes_GET_SIZE(args[6]) != 256) {
+        PyErr_SetString(PyExc_TypeError, "frame(): leave_out must be 256 bytes");
+        return NULL;
+    }
+    const unsigned char *leave_out = (const unsigned char *)PyBytes_AS_STRING(args[6]);
     int crc_on = PyObject_IsTrue(args[5]);
     if (crc_on < 0)
         return NULL;
@@ -241,16 +248,22 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         /* a stored event that fails its CRC is left to the general path, which reports it */
         if (crc_on && crc32_of(block + pos, length) != CRC_RESIDUE)
             break;
-        total += PACKET_HEADER + 1 + length;
-        last = pos;
+        if (!leave_out[block[pos + 4]]) {
+            total += PACKET_HEADER + 1 + length;
+            last = pos;
+            events++;
+        }
         pos += length;
-        events++;
     }
     PyObject *packets = PyBytes_FromStringAndSize(NULL, total), *result = NULL;
     if (packets != NULL) {
         unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packets);
         for (Py_ssize_t at = 0; at < pos;) {
             uint32_t length = le32(block + at + 9), payload = length + 1;
+            if (leave_out[block[at + 4]]) {
+                at += length;
+                continue;
+            }
             out[0] = payload & 0xFF;
             out[1] = (payload >> 8) & 0xFF;
             out[2] = (payload >> 16) & 0xFF;
@@ -283,7 +296,7 @@ static PyMethodDef scan_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(block, size, seq, stop_at_origin, group_starts, crc_on) -> (packets, used, events, last, seq)"},
+     "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)"},
     {"crc32", crc32_py, METH_O, "crc32(data) -> int, the same value as zlib.crc32(data)"},
     {NULL, NULL, 0, NULL},
 };

@@ -81,15 +81,23 @@ class OutboundStream:
 
     def sends_everything(self) -> bool:
         """No stored event can be left out (mariadb-binlog, CDC tools): no per-event work."""
-        return self.fast_path_allowed() and self.options.replica_server_id is None
+        return (self.fast_path_allowed() and self.options.replica_server_id is None
+                and self.options.send_annotate_rows)
 
     def fast_path_allowed(self) -> bool:
         """``frame_block`` may send this dump's events: the only possible filter is the replica's
         own server_id, which it stops at."""
         options = self.options
-        return (not options.ignore_server_ids and options.send_annotate_rows and self.gtid_start is None
+        # Annotations the replica did not ask for are left out by the framer (leave_out), as
+        # for_replica leaves them out for a replica that tolerates holes (every GTID-capable one):
+        # a MariaDB replica without log_slave_updates never asks for them.
+        return (not options.ignore_server_ids and self.gtid_start is None
                 and self.excluded is None
                 and options.replica_capability >= CAPABILITY_GTID and self._skipping is None)
+
+    def left_out_types(self) -> bytes:
+        """For ``frame_block``: the event types this replica does not get on the fast path."""
+        return _NOTHING_LEFT_OUT if self.options.send_annotate_rows else _ANNOTATIONS_LEFT_OUT
 
     def filter(self, events: list[memoryview], end: int) -> list[memoryview | bytes]:
         """The events to send of a run read from the current file; ``end`` is where the run ends."""
@@ -226,16 +234,21 @@ _PACKET_PREFIX = struct.Struct("<IB")
 _GROUP_START_TYPES = bytes(t in _GROUP_STARTS for t in range(256))  # for the compiled loop
 
 
+_NOTHING_LEFT_OUT = bytes(256)
+_ANNOTATIONS_LEFT_OUT = bytes(t == ev.ANNOTATE_ROWS_EVENT for t in range(256))
+
+
 def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None,
-                verify_crc: bool = False) -> FramedRun:
+                verify_crc: bool = False, leave_out: bytes = _NOTHING_LEFT_OUT) -> FramedRun:
     """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
     packets in one pass, stopping before an event of 16 MB or more, a partial one, a group
     start written by ``stop_at_origin`` (the replica's own transactions go the filtered way),
     or, with ``verify_crc``, an event whose CRC32 is wrong (the general path reports it).
+    Events of the types marked in ``leave_out`` (256 bytes) are passed over (``used``), not sent.
     The compiled loop of _scan.c does the same when it is built."""
     if _compiled_frame is not None:
         return FramedRun(*_compiled_frame(block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin,
-                                          _GROUP_START_TYPES, verify_crc))
+                                          _GROUP_START_TYPES, verify_crc, leave_out))
     unpack = _EVENT_LENGTH.unpack_from
     origin_at = _SERVER_ID.unpack_from
     pack = _PACKET_PREFIX.pack
@@ -252,6 +265,9 @@ def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: 
             break
         if verify_crc and zlib.crc32(block[pos:end]) != ev.CRC32_RESIDUE:
             break
+        if leave_out[block[pos + 4]]:
+            pos = end
+            continue
         out += pack((length + 1) | (seq << 24), 0)
         out += block[pos:end]
         seq = (seq + 1) & 0xFF

@@ -15,7 +15,7 @@ from typing import BinaryIO
 from ..binlog import events as ev
 from ..binlog.names import next_file_name
 from .relaylog import RelayLog
-from .scan import read_batch
+from .scan import BLOCK_SIZE, read_batch
 
 
 class StartRefused(Exception):
@@ -109,13 +109,13 @@ class TailReader:
                 return self.poll()
         return NothingYet(committed)
 
-    def read_events(self, end: int) -> list[memoryview]:
+    def read_events(self, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:
         """The whole events from the position within one block (at least one if one ends before
         ``end``), and moves past them.  Raises StoredFileDamaged for an event that fails its CRC32,
         or that the committed end or the end of a finished file cuts short (the events before it
         are returned first, by the call before)."""
         try:
-            events = read_batch(self._file(), self.position, end)
+            events = read_batch(self._file(), self.position, end, block_size)
         except ev.BinlogFormatError as bogus:
             raise StoredFileDamaged(f"bogus data in log event ({bogus})", self.file, self.position) from None
         if not events:
@@ -135,6 +135,10 @@ class TailReader:
         """Fill ``buffer`` from the position (up to ``end``) without moving: the caller frames what
         fits and calls ``advance``."""
         return os.preadv(self._file().fileno(), [buffer[: min(len(buffer), end - self.position)]], self.position)
+
+    def read_block_at(self, buffer: memoryview, position: int, end: int) -> int:
+        """Fill ``buffer`` from ``position`` (up to ``end``), the read position unchanged."""
+        return os.preadv(self._file().fileno(), [buffer[: min(len(buffer), end - position)]], position)
 
     def advance(self, position: int) -> None:
         self.position = position

@@ -61,16 +61,17 @@ def test_frame_block_stops_before_the_replicas_own_group(frame_loop):
     assert frame_block(body, len(body), 1, PRIMARY_ID + 1).events == len(_events())
 
 
-def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False):
-    run = frame_block(memoryview(block), size, seq, stop_at_origin, verify_crc)
+def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False, leave_out=bytes(256)):
+    run = frame_block(memoryview(block), size, seq, stop_at_origin, verify_crc, leave_out)
     return bytes(run.data), run.used, run.events, run.last_event, run.next_sequence_id
 
 
 @settings(max_examples=300, deadline=None)
 @given(flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=1, max_value=255)), max_size=3),
        cut=st.integers(min_value=0, max_value=len(BINLOG)), seq=st.integers(min_value=0, max_value=255),
-       stop_at_origin=st.sampled_from([None, PRIMARY_ID, 0, 0xFFFFFFFF]), verify_crc=st.booleans())
-def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin, verify_crc):
+       stop_at_origin=st.sampled_from([None, PRIMARY_ID, 0, 0xFFFFFFFF]), verify_crc=st.booleans(),
+       leave_out=st.sets(st.integers(min_value=0, max_value=255), max_size=4))
+def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin, verify_crc, leave_out):
     # Stored files are read back, but a damaged disk or a bug must not make the two loops
     # differ (or the compiled one read past the block).
     block = bytearray(BINLOG[4:])
@@ -78,9 +79,29 @@ def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_ori
         block[offset % len(block)] ^= xor
     block = bytes(block)
     size = min(cut, len(block))
-    compiled = _framed(block, size, seq, stop_at_origin, verify_crc)
+    table = bytes(t in leave_out for t in range(256))
+    compiled = _framed(block, size, seq, stop_at_origin, verify_crc, table)
     with python_loop(outbound, "_compiled_frame"):
-        assert compiled == _framed(block, size, seq, stop_at_origin, verify_crc)
+        assert compiled == _framed(block, size, seq, stop_at_origin, verify_crc, table)
+
+
+def test_frame_block_leaves_out_annotations_the_replica_did_not_ask_for(frame_loop):
+    after_fde = file_events(BINLOG)[1][0]
+    body = BINLOG[after_fde:]
+    events = [event for _, event in file_events(BINLOG)[1:]]
+    assert any(event[4] == ev.ANNOTATE_ROWS_EVENT for event in events), "the fixture has no annotations"
+    stream = OutboundStream(_options(send_annotate_rows=False, replica_capability=4))
+    assert stream.fast_path_allowed()
+    run = frame_block(memoryview(body), len(body), 7, None, leave_out=stream.left_out_types())
+    kept = [event for event in events if event[4] != ev.ANNOTATE_ROWS_EVENT]
+    assert (run.used, run.events) == (len(body), len(kept))
+    expected, seq = b"", 7
+    for event in kept:  # sequence ids run on over the left-out events
+        expected += (len(event) + 1).to_bytes(3, "little") + bytes((seq, 0)) + bytes(event)
+        seq = (seq + 1) & 0xFF
+    assert bytes(run.data) == expected and run.next_sequence_id == seq
+    # what the general path sends this replica is the same
+    assert [bytes(e) for e in stream.filter([memoryview(e) for e in events], len(body))] == [bytes(e) for e in kept]
 
 
 def test_frame_block_stops_before_an_event_that_fails_its_crc(frame_loop):
