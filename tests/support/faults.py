@@ -36,9 +36,11 @@ class SequenceLoad:
     so a cut lands inside an event and inside a transaction often (big_every=None: none). A replica that lost a transaction
     has fewer rows than MAX(n); one that applied one twice stops on a duplicate key."""
 
-    def __init__(self, primary: MariaDB, big_every: int | None = 8) -> None:
+    def __init__(self, primary: MariaDB, big_every: int | None = 8, rate: float | None = None) -> None:
+        """rate: at most this many transactions a second (None: as fast as the primary commits)."""
         self.primary = primary
         self.big_every = big_every
+        self.rate = rate
         self.commits = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -50,8 +52,14 @@ class SequenceLoad:
     def _run(self) -> None:
         try:
             conn = self.primary.connect()
+            started = time.monotonic()
             with conn.cursor() as cur:
                 while not self._stop.is_set():
+                    if self.rate is not None:  # the pace of the load (not a wait for a condition)
+                        ahead = self.commits / self.rate - (time.monotonic() - started)
+                        if ahead > 0:
+                            self._stop.wait(ahead)
+                            continue
                     n = self.commits + 1
                     big = self.big_every is not None and n % self.big_every == 0
                     cur.execute("BEGIN")
