@@ -43,8 +43,10 @@ WORKERS = 24  # cases at once (below max_connections, so they are not refused fo
 HANDSHAKE_TIMEOUT = 2.0
 RSS_GROWTH_BOUND = 48 << 20  # the relay's peak RSS may grow by at most this over the whole run
 COMMANDS = (0x00, 0x01, 0x02, 0x03, 0x04, 0x0E, 0x11, 0x12, 0x14, 0x15, 0x16, 0x17, 0x1A, 0x1E, 0x1F, 0x99, 0xFF)
-PHASES = ("pre_greeting", "greeting_reply", "auth", "command", "after_dump", "stop_reading", "oversized_then_reset")
-PHASE_WEIGHTS = (10, 30, 10, 30, 18, 2, 1)
+PHASES = ("pre_greeting", "greeting_reply", "auth", "command", "after_dump", "stop_reading", "oversized_then_reset",
+          "ssl_request_without_tls")
+PHASE_WEIGHTS = (10, 30, 10, 30, 18, 2, 1, 1)
+CLIENT_PROTOCOL_41, CLIENT_SSL, CLIENT_SECURE_CONNECTION = 0x200, 0x800, 0x8000
 
 # What ends the relay today (found by this test): a client that sends a packet header over the pre-login
 # size cap and resets the connection. test_oversized_packet_then_reset is the short reproduction.
@@ -53,6 +55,12 @@ OVERSIZED_RESET_BUG = (
     "ERR 1153 raises trio.BrokenResourceError when the client has already reset; raised inside the except "
     "clause it escapes the session, trio.serve_listeners ends and the whole relay stops ('relay stopped; state "
     "written', then connection refused)")
+# Found by the long run (6 in 100,000 cases): an SSL request to a relay without TLS fails an assert.
+SSL_REQUEST_BUG = (
+    "relay bug: relay/protocol/server.py _on_handshake returns StartTLS for an SSL request even when the greeting "
+    "offered no CLIENT_SSL (no TLS configured); relay/downstream/session.py login() then fails "
+    "`assert self.context.tls_context is not None`, logged as 'session failed' with a traceback, instead of the "
+    "refusal a server sends (ERR 1043 Bad handshake)")
 
 
 def _frame(payload: bytes, seq: int) -> bytes:
@@ -79,6 +87,12 @@ def _mutate(packet: bytes, rng: random.Random) -> bytes:
     if kind == 6:  # a huge length, a few bytes of it
         return struct.pack("<I", 0xFFFFFF | (packet[3] << 24)) + rng.randbytes(rng.randrange(0, 64))
     return rng.randbytes(rng.randrange(1, 300))  # not a packet at all
+
+
+def _ssl_request() -> bytes:
+    """The 32-byte SSLRequest a client sends after the greeting to switch to TLS."""
+    flags = CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION
+    return _frame(struct.pack("<IIB", flags, 1 << 24, 45) + bytes(23), 1)
 
 
 def _frames(data: bytes) -> list[bytes]:
@@ -146,6 +160,10 @@ class Cases:
                     await stream.send_all(struct.pack("<I", 0xFFFFFF | (1 << 24)))
                     await stream.receive_some(65536)
                     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                elif phase == "ssl_request_without_tls":
+                    await stream.receive_some(65536)
+                    await stream.send_all(_ssl_request())
+                    received = await self._receive(stream, 0.3)
                 elif phase == "pre_greeting":
                     await stream.send_all(_mutate(_frame(rng.randbytes(rng.randrange(0, 120)), 1), rng))
                     received = await self._receive(stream, 0.2)
@@ -235,7 +253,7 @@ def _flood(port: int, count: int) -> int:
     return refused
 
 
-@pytest.mark.xfail(strict=True, reason=OVERSIZED_RESET_BUG)
+@pytest.mark.xfail(strict=True, reason=f"{OVERSIZED_RESET_BUG}; and {SSL_REQUEST_BUG}")
 def test_hostile_clients_do_not_disturb_a_replica(mariadb_factory, fault_relay):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
     relay = fault_relay("relay", primary.port, listen={"max_connections": MAX_CONNECTIONS,
@@ -297,3 +315,20 @@ def test_oversized_packet_then_reset(mariadb_factory, fault_relay):
         assert relay.alive(), relay.log_text()[-2500:]
     with RawClient(relay.port) as client:
         assert client.query("SELECT @@version") is not None
+
+
+@pytest.mark.xfail(strict=True, reason=SSL_REQUEST_BUG)
+def test_ssl_request_to_a_relay_without_tls(mariadb_factory, fault_relay):
+    """An SSLRequest answered as a server without TLS answers it: refused (or closed), nothing crashes."""
+    primary = mariadb_factory(server_id=1)
+    relay = fault_relay("relay", primary.port)
+    for _ in range(5):
+        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as sock:
+            sock.recv(65536)
+            sock.sendall(_ssl_request())
+            while sock.recv(65536):
+                pass
+    assert relay.alive(), relay.log_text()[-2500:]
+    with RawClient(relay.port) as client:
+        assert client.query("SELECT @@version") is not None
+    assert "Traceback" not in relay.log_text(), relay.log_text()[-2500:]
