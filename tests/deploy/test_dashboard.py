@@ -1,0 +1,91 @@
+"""The chart's Grafana dashboard (helm/binlog-relay/dashboards/binlog-relay.json, rendered as a
+ConfigMap for Grafana's dashboard sidecar when dashboard.enabled): every panel's expression is
+valid PromQL (``promtool check rules``, each expression as a recording rule) and names only
+metrics that a real scrape of a running relay exports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from relay.localdb import free_port
+from tests.deploy.test_helm import CHART, Rendered, helm, helm_template, values_file  # noqa: F401 - helm: a fixture
+from tests.support.metrics import Scrape, promtool_path, start_relay
+from tests.support.mariadb import wait_for
+
+# Grafana's own variables, replaced by what Grafana would put there before PromQL sees them.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",
+                     "$namespace": ".*", "$job": ".*", "$pod": ".*"}
+METRIC = re.compile(r"\b(binlog_relay_[a-z0-9_]+)\b")
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def _dashboard_configmaps(helm_path: str, tmp_path_factory, values: dict) -> list[dict]:  # type: ignore[no-untyped-def]
+    result = helm_template(helm_path, values_file(tmp_path_factory, values))
+    assert result.returncode == 0, result.stderr
+    rendered = Rendered("dashboard", values, result.stdout)
+    return [doc for doc in rendered.all("ConfigMap") if doc["metadata"].get("labels", {}).get("grafana_dashboard")]
+
+
+def _expressions(dashboard: dict) -> list[tuple[str, str]]:
+    found = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for variable, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(variable, value)
+            assert "$" not in expr, f"panel {panel['title']!r}: a Grafana variable the test does not know: {expr}"
+            found.append((panel["title"], expr))
+    return found
+
+
+def test_the_dashboard_is_off_by_default_and_labelled_for_the_sidecar_when_on(helm, tmp_path_factory):
+    base = {"config": {"upstream": {"host": "db"}}}
+    assert _dashboard_configmaps(helm, tmp_path_factory, base) == []
+    maps = _dashboard_configmaps(helm, tmp_path_factory, {**base, "dashboard": {"enabled": True}})
+    assert len(maps) == 1 and maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((CHART / "dashboards" / "binlog-relay.json").read_text())
+    assert json.loads(maps[0]["data"]["binlog-relay.json"]) == shipped
+
+
+def test_every_panel_is_valid_promql_and_names_only_metrics_the_relay_exports(mariadb_factory, tmp_path):
+    dashboard = json.loads((CHART / "dashboards" / "binlog-relay.json").read_text())
+    expressions = _expressions(dashboard)
+    titles = {title for title, _ in expressions}
+    for topic in ("Upstream connected", "Lag behind the primary", "Reconnects and primary switches",
+                  "Ingest bytes per second", "Ingest events per second", "fsync latency", "Replica lag (seconds)",
+                  "Filtered event groups", "Stored binlog"):
+        assert topic in titles, f"no panel {topic!r}"
+
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:panel_{n}", "expr": expr} for n, (_, expr) in enumerate(expressions)]}]}
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump(rules))
+    checked = subprocess.run([promtool_path(), "check", "rules", str(rules_file)], capture_output=True, text=True,
+                             timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    primary = mariadb_factory(server_id=1)
+    port = free_port()
+    relay = start_relay(tmp_path / "relay", primary.port, metrics_port=port)
+    try:
+        primary.sql("CREATE DATABASE d")
+        primary.sql("CREATE TABLE d.t (id INT PRIMARY KEY)")
+        primary.sql("INSERT INTO d.t VALUES (1)")
+        scrape = wait_for(lambda: (s := Scrape.fetch(port)).value("binlog_relay_upstream_connected") == 1 and s,
+                          15, "the relay never connected to its primary")
+    finally:
+        relay.stop()
+    exported = set()
+    for family in text_string_to_metric_families(scrape.text):  # families with no sample yet count too
+        exported.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
+        exported.update(sample.name for sample in family.samples)
+    for title, expr in expressions:
+        names = METRIC.findall(expr)
+        assert names, f"panel {title!r} reads no relay metric: {expr}"
+        missing = [name for name in names if name not in exported]
+        assert not missing, f"panel {title!r} names metrics the relay does not export: {missing}"
