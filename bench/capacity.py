@@ -281,8 +281,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     p.add_argument("--reuse", action="store_true", help="reuse the sandbox primary of an earlier --reuse run")
     p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end")
-    p.add_argument("--size-mb", type=int, default=300, help="MiB of binlog to generate for a new primary")
-    p.add_argument("--min-mb", type=int, default=100, help="refuse to measure a smaller binlog (MiB)")
+    p.add_argument("--size-mb", type=float, default=300, help="MiB of binlog to generate for a new primary")
+    p.add_argument("--fill", choices=["sysbench", "sql"], default="sysbench",
+                   help="how a new primary is filled (sql: a few plain INSERTs, for smoke runs)")
+    p.add_argument("--min-mb", type=float, default=100, help="refuse to measure a smaller binlog (MiB)")
     p.add_argument("--max-binlog-size", default="128M", help="the primary's max_binlog_size")
     p.add_argument("--port", type=int, default=26316, help="the sandbox primary's port")
     p.add_argument("--name", default="benchcap", help="the sandbox's name")

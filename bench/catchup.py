@@ -94,7 +94,7 @@ class Replica:
                 raise BenchError(f"the replica's IO thread failed: {status['Last_IO_Error']}")
             if time.perf_counter() > deadline:
                 raise BenchError(f"the replica did not fetch the binlog within {timeout:.0f} s: at "
-                                 f"{status.get('Master_Log_File')}:{status.get('Read_Master_Log_Pos')}")
+                                 f"{status.get('Master_Log_File')}:{status.get('Read_Master_Log_Pos')}, want {last[0]}:{last[1]}")
             time.sleep(POLL)
         result = {"seconds": seconds, "server_cpu_s": cpu_seconds(pid) - server_cpu,
                   "replica_cpu_s": cpu_seconds(self.server.pid or 0) - replica_cpu}
@@ -183,8 +183,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
     p.add_argument("--reuse", action="store_true", help="reuse the sandbox primary of an earlier --reuse run")
     p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end")
-    p.add_argument("--size-mb", type=int, default=300, help="MiB of binlog to generate for a new primary")
-    p.add_argument("--min-mb", type=int, default=100, help="refuse to measure a smaller binlog (MiB)")
+    p.add_argument("--size-mb", type=float, default=300, help="MiB of binlog to generate for a new primary")
+    p.add_argument("--fill", choices=["sysbench", "sql"], default="sysbench",
+                   help="how a new primary is filled (sql: a few plain INSERTs, for smoke runs)")
+    p.add_argument("--min-mb", type=float, default=100, help="refuse to measure a smaller binlog (MiB)")
     p.add_argument("--max-binlog-size", default="128M", help="the primary's max_binlog_size")
     p.add_argument("--port", type=int, default=26316, help="the sandbox primary's port")
     p.add_argument("--name", default="benchcap", help="the sandbox's name (shared with bench.capacity)")

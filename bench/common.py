@@ -145,6 +145,31 @@ class Sandbox:
         log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(self.binlog_bytes()):.0f} MiB")
 
 
+    def wait_settled(self, timeout: float = 30.0) -> None:
+        """Until the binlog stops growing: after a rotation MariaDB writes the new file's
+        BINLOG_CHECKPOINT event in the background, so the end right after the last write can
+        still move."""
+        deadline = time.monotonic() + timeout
+        last = self.binary_logs()
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            now = self.binary_logs()
+            if now == last:
+                return
+            last = now
+        raise BenchError(f"the primary's binlog kept growing for {timeout:.0f} s after the fill")
+
+    def fill_sql(self, target_mib: float) -> None:
+        """A small binlog without sysbench, for smoke runs of the benchmarks: single-row and
+        100-row transactions on a sysbench-like table (the sequence engine makes the rows)."""
+        self.sql("CREATE DATABASE IF NOT EXISTS smoke")
+        self.sql("CREATE TABLE IF NOT EXISTS smoke.t (id INT AUTO_INCREMENT PRIMARY KEY, k INT, c CHAR(120), "
+                 "pad CHAR(60))")
+        while self.binlog_bytes() < target_mib * MIB:
+            self.sql("INSERT INTO smoke.t (k, c, pad) SELECT seq, REPEAT('c', 120), REPEAT('p', 60) "
+                     "FROM smoke.seq_1_to_100; " + "INSERT INTO smoke.t (k, c, pad) VALUES (1, 'x', 'y'); " * 20)
+
+
 def _run_quietly(argv: list[str]) -> None:
     result = subprocess.run(argv, text=True, capture_output=True)
     if result.returncode != 0:

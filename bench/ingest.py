@@ -308,8 +308,12 @@ def prepare_primary(args: argparse.Namespace) -> Sandbox:
         log(f"removing the old sandbox {sandbox.dir}")
         sandbox.destroy()
     sandbox.start(*options)
-    log(f"filling the binlog to {args.size_mb} MiB with sysbench oltp_write_only (a few minutes)")
-    sandbox.fill(args.size_mb)
+    if getattr(args, "fill", "sysbench") == "sql":  # smoke runs: no sysbench, seconds
+        sandbox.fill_sql(args.size_mb)
+    else:
+        log(f"filling the binlog to {args.size_mb} MiB with sysbench oltp_write_only (a few minutes)")
+        sandbox.fill(args.size_mb)
+    sandbox.wait_settled()
     return sandbox
 
 

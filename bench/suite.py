@@ -1,0 +1,306 @@
+"""The benchmark suite: every scenario in one run, written up as BENCHMARKS.md (tables with the
+ratio against MariaDB, the machine, pictures) and one JSON.
+
+    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest] [--out DIR] [--reuse]
+    python3 -m bench.suite --smoke --out /tmp/x     # tiny sizes, seconds: proves the code runs
+
+Scenarios (each module's own docstring says how it measures; all alternate relay and MariaDB
+in one run):
+  latency   bench/latency.py   commit -> row visible on a replica, direct vs through the relay
+  capacity  bench/capacity.py  raw dump clients 1/10/50/100 at once, relay vs primary
+  catchup   bench/catchup.py   a fresh replica's IO thread fetching the binlog, relay vs primary
+  ingest    bench/ingest.py    the relay fetching the binlog vs mariadb-binlog --raw
+capacity, catchup and ingest share one sandbox primary (filled once by sysbench; ``--reuse``
+keeps it for the next run).  Pictures (matplotlib, the ``bench`` extra): throughput per client
+count, the latency distribution, catch-up MiB/s; without matplotlib the tables are written alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import capacity, catchup, ingest, latency
+from .common import REPO_ROOT, BenchError, log, machine_info
+
+SCENARIOS = ("latency", "capacity", "catchup", "ingest")
+ASSETS = "benchmarks"  # beside BENCHMARKS.md: the pictures and the JSON
+
+
+def scenario_args(args: argparse.Namespace) -> dict[str, list[str]]:
+    """Each scenario's command line: the shared sandbox, and the sizes of a smoke run."""
+    shared = ["--name", args.name, "--port", str(args.port), "--sandbox-dir", args.sandbox_dir]
+    if args.smoke:
+        shared += ["--fill", "sql", "--size-mb", "0.5", "--min-mb", "0.1", "--max-binlog-size", "256K"]
+    else:
+        shared += ["--size-mb", str(args.size_mb), "--min-mb", str(args.min_mb)]
+    keep = ["--reuse"] if args.reuse or args.keep_sandbox else []
+    rounds = ["--rounds", "1" if args.smoke else str(args.rounds)]
+    work = Path(args.workdir)
+    return {
+        "latency": (["--commits", "4", "--block", "2"] if args.smoke else ["--commits", str(args.commits)])
+        + ["--workdir", str(work / "latency")],
+        "capacity": [*shared, *keep, *rounds, "--clients", "1,3" if args.smoke else args.clients,
+                     "--workdir", str(work / "capacity")],
+        "catchup": [*shared, *keep, *rounds, "--workdir", str(work / "catchup")],
+        "ingest": [*shared, *keep, *rounds, "--workdir", str(work / "ingest")],
+    }
+
+
+def run_suite(args: argparse.Namespace) -> dict[str, Any]:
+    modules = {"latency": latency, "capacity": capacity, "catchup": catchup, "ingest": ingest}
+    argv = scenario_args(args)
+    results: dict[str, Any] = {"machine": machine_info(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "smoke": args.smoke, "scenarios": {}}
+    for name in args.scenarios:
+        log(f"suite: {name}: python3 -m bench.{name} {' '.join(argv[name])}")
+        module = modules[name]
+        scenario = module.parse_args(argv[name])
+        if args.smoke and name == "ingest":
+            scenario.fill = "sql"
+        results["scenarios"][name] = module.run_benchmark(scenario)
+        print(module.report(results["scenarios"][name]), flush=True)
+    if not args.reuse and not args.keep_sandbox and any(n != "latency" for n in args.scenarios):
+        from .common import Sandbox
+
+        Sandbox(args.name, args.port, args.sandbox_dir).destroy()
+    return results
+
+
+# ---------------------------------------------------------------- pictures
+
+
+def pictures(results: dict[str, Any], out: Path) -> dict[str, str]:
+    """PNG files (in ``out``/benchmarks/) by scenario name, relative to ``out``; none without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (pip install -e '.[bench]'): BENCHMARKS.md gets no pictures")
+        return {}
+    made = {}
+    scenarios = results["scenarios"]
+    if "capacity" in scenarios:
+        cap = scenarios["capacity"]
+        counts = cap["clients"]
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for source, style in (("relay", "o-"), ("primary", "s--")):
+            rows = [cap["summary"][str(n)][source] for n in counts]
+            ax.errorbar(counts, [r["median_aggregate_mib_per_s"] for r in rows],
+                        yerr=[[r["median_aggregate_mib_per_s"] - r["min_aggregate_mib_per_s"] for r in rows],
+                              [r["max_aggregate_mib_per_s"] - r["median_aggregate_mib_per_s"] for r in rows]],
+                        fmt=style, capsize=3, label="relay" if source == "relay" else "MariaDB primary")
+        ax.set_xscale("log")
+        ax.set_xticks(counts, [str(n) for n in counts])
+        ax.set_xlabel("clients at once")
+        ax.set_ylabel("aggregate MiB/s (median, min-max)")
+        ax.set_ylim(bottom=0)
+        ax.set_title("Serve capacity: raw dump clients")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / ASSETS / "capacity.png", dpi=110)
+        plt.close(fig)
+        made["capacity"] = f"{ASSETS}/capacity.png"
+    if "latency" in scenarios:
+        lat = scenarios["latency"]
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for source, values in lat["samples_ms"].items():
+            data = sorted(values)
+            ax.plot(data, [(i + 1) / len(data) for i in range(len(data))], label=source)
+        ax.set_xscale("log")
+        ax.set_xlabel("commit on the primary -> visible on the replica (ms)")
+        ax.set_ylabel("share of commits (CDF)")
+        ax.set_title("Replication latency")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / ASSETS / "latency.png", dpi=110)
+        plt.close(fig)
+        made["latency"] = f"{ASSETS}/latency.png"
+    if "catchup" in scenarios:
+        cu = scenarios["catchup"]
+        fig, ax = plt.subplots(figsize=(6, 2.6))
+        for y, source in enumerate(("primary", "relay")):
+            runs = [r["mib_per_s"] for r in cu["runs"] if r["source"] == source]
+            ax.scatter(runs, [y] * len(runs), alpha=0.6)
+            ax.plot([cu["summary"][source]["median_mib_per_s"]] * 2, [y - 0.3, y + 0.3], "k-")
+        ax.set_yticks([0, 1], ["MariaDB primary", "relay"])
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("MiB/s fetched by a fresh replica's IO thread (dots: runs, bar: median)")
+        fig.tight_layout()
+        fig.savefig(out / ASSETS / "catchup.png", dpi=110)
+        plt.close(fig)
+        made["catchup"] = f"{ASSETS}/catchup.png"
+    return made
+
+
+# ---------------------------------------------------------------- BENCHMARKS.md
+
+
+def _goal(met: bool) -> str:
+    return "met" if met else "**not met**"
+
+
+def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
+    machine = results["machine"]
+    lines = ["# Benchmarks", "",
+             f"Written by `bash scripts/bench.sh suite` (`python3 -m bench.suite`) on {results['started']}"
+             + (" — **smoke run, tiny sizes: the figures mean nothing**" if results["smoke"] else "") + ".",
+             f"Machine: {machine['cpus']} CPUs, load {machine['loadavg'][0]:.2f} / {machine['loadavg'][1]:.2f} / "
+             f"{machine['loadavg'][2]:.2f} at the start, Linux {machine['kernel']}, Python {machine['python']}, "
+             f"relay loops: {machine['relay_loops']}. "
+             "Every scenario alternates the relay and MariaDB in one run; figures are medians with their "
+             "min-max range; ratio = relay / MariaDB (>= 1.0: the relay is not the slower link). "
+             "How each is measured: the module docstrings in bench/ and bench/README.md.", ""]
+    scenarios = results["scenarios"]
+    if "latency" in scenarios:
+        lat = scenarios["latency"]
+        s = lat["summary"]
+        lines += ["## Latency: commit on the primary -> row visible on a MariaDB replica", "",
+                  f"{lat['commits']} single-row commits per source in alternating blocks of {lat['block']}; "
+                  f"MariaDB {lat['primary']['version']}; relay {lat['relay']['commit']}. Goals: added p50 <= 0.3 ms "
+                  "and added p99 <= 1 ms with `sync: commit`.", "",
+                  "| source | p50 ms | p90 ms | p99 ms | max ms | block p50 range | added p50 | added p99 |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for source, row in s.items():
+            added = row.get("added")
+            lines.append(f"| {source} | {row['p50']:.2f} | {row['p90']:.2f} | {row['p99']:.2f} | {row['max']:.2f} | "
+                         f"{row['block_p50_min']:.2f}-{row['block_p50_max']:.2f} | "
+                         + (f"{added['p50']:+.2f} | {added['p99']:+.2f} |" if added else "(ref) | (ref) |"))
+        if "relay sync=commit" in s:
+            added = s["relay sync=commit"]["added"]
+            lines += ["", f"`sync: commit`: added p50 {added['p50']:+.2f} ms ({_goal(added['p50'] <= 0.3)}), "
+                          f"added p99 {added['p99']:+.2f} ms ({_goal(added['p99'] <= 1.0)})."]
+        if "latency" in images:
+            lines += ["", f"![latency distribution]({images['latency']})"]
+        lines.append("")
+    if "capacity" in scenarios:
+        cap = scenarios["capacity"]
+        b = cap["binlog"]
+        lines += ["## Serve capacity: raw dump clients, relay vs primary", "",
+                  f"Whole binlog of {b['mib']:.0f} MiB ({b['events']:,} events) to clients that discard what "
+                  f"they read; {cap['rounds']} rounds. Goals: ratio >= 1.0 at every count, relay RSS <= 150 MB at "
+                  f"{max(cap['clients'])}.", "",
+                  "| clients | relay MiB/s | primary MiB/s | ratio | relay CPU s/GiB | primary CPU s/GiB | "
+                  "relay peak RSS MiB |", "|---:|---:|---:|---:|---:|---:|---:|"]
+        for n in cap["clients"]:
+            row = cap["summary"][str(n)]
+            r, p = row["relay"], row["primary"]
+            lines.append(f"| {n} | {r['median_aggregate_mib_per_s']:.0f} ({r['min_aggregate_mib_per_s']:.0f}-"
+                         f"{r['max_aggregate_mib_per_s']:.0f}) | {p['median_aggregate_mib_per_s']:.0f} "
+                         f"({p['min_aggregate_mib_per_s']:.0f}-{p['max_aggregate_mib_per_s']:.0f}) | "
+                         f"{row['ratio']:.2f} | {r['median_server_cpu_s_per_gib']:.2f} | "
+                         f"{p['median_server_cpu_s_per_gib']:.2f} | {r['max_relay_peak_rss_mib'] or 0:.0f} |")
+        head = cap["summary"]["headline"]
+        lines += ["", f"Lowest ratio {head['min_ratio']:.2f} ({_goal(head['goal_met'])}); peak RSS at "
+                      f"{max(cap['clients'])} clients {head['peak_rss_mib_at_most_clients']:.0f} MiB "
+                      f"({_goal(head['rss_goal_met'])})."]
+        if "capacity" in images:
+            lines += ["", f"![throughput per client count]({images['capacity']})"]
+        lines.append("")
+    if "catchup" in scenarios:
+        cu = scenarios["catchup"]
+        s = cu["summary"]
+        lines += ["## Replica catch-up: a fresh MariaDB replica's IO thread", "",
+                  f"{cu['binlog']['mib']:.0f} MiB from the first file, {cu['rounds']} alternating rounds. "
+                  "Goal: ratio >= 1.0.", "",
+                  "| source | seconds | MiB/s | range | source CPU s | replica CPU s | ratio |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for source in ("relay", "primary"):
+            row = s[source]
+            lines.append(f"| {source} | {row['median_seconds']:.2f} | {row['median_mib_per_s']:.1f} | "
+                         f"{row['min_mib_per_s']:.1f}-{row['max_mib_per_s']:.1f} | {row['median_server_cpu_s']:.2f} | "
+                         f"{row['median_replica_cpu_s']:.2f} | "
+                         + (f"{s['headline']['ratio']:.2f} |" if source == "relay" else "1.00 (ref) |"))
+        lines += ["", f"Ratio {s['headline']['ratio']:.2f} ({_goal(s['headline']['goal_met'])})."]
+        if "catchup" in images:
+            lines += ["", f"![catch-up]({images['catchup']})"]
+        lines.append("")
+    if "ingest" in scenarios:
+        ing = scenarios["ingest"]
+        lines += ["## Ingest: the relay fetching the binlog vs `mariadb-binlog --raw`", "",
+                  "| tool | seconds | MiB/s | CPU s | peak RSS MiB | ratio |", "|---|---:|---:|---:|---:|---:|"]
+        for tool, row in ing["summary"]["tools"].items():
+            lines.append(f"| {tool} | {row['median_seconds']:.2f} | {row['median_mib_per_s']:.1f} | "
+                         f"{row['median_cpu_s']:.2f} | {row['max_peak_rss_mib']:.0f} | "
+                         + (f"{row['ratio']:.2f} |" if "ratio" in row else "1.00 (ref) |"))
+        lines.append("")
+    if results.get("notes"):
+        lines += ["## Notes", "", results["notes"].strip(), ""]
+    return "\n".join(lines)
+
+
+def write(results: dict[str, Any], out: Path, notes: str | None = None) -> Path:
+    (out / ASSETS).mkdir(parents=True, exist_ok=True)
+    if notes:
+        results["notes"] = notes
+    images = pictures(results, out)
+    results["pictures"] = images
+    (out / ASSETS / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
+    path = out / "BENCHMARKS.md"
+    path.write_text(markdown(results, images))
+    return path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python3 -m bench.suite", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--scenarios", default="latency,capacity,catchup", help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--out", default=str(REPO_ROOT), help="where BENCHMARKS.md goes (benchmarks/ beside it: the JSON, PNGs)")
+    p.add_argument("--notes", metavar="FILE", help="markdown appended to BENCHMARKS.md as its Notes section")
+    p.add_argument("--from-json", metavar="PATH", help="rewrite BENCHMARKS.md from an earlier benchmarks.json")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes, one round: seconds; figures mean nothing")
+    p.add_argument("--reuse", action="store_true", help="reuse (and keep) the sandbox primary")
+    p.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox primary for a later --reuse")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--commits", type=int, default=400, help="latency: commits per source")
+    p.add_argument("--clients", default="1,10,50,100", help="capacity: client counts")
+    p.add_argument("--size-mb", type=float, default=300, help="binlog of a new sandbox primary (MiB)")
+    p.add_argument("--min-mb", type=float, default=100)
+    p.add_argument("--name", default="benchcap", help="the shared sandbox's name")
+    p.add_argument("--port", type=int, default=26316, help="the sandbox primary's port (0: a free one)")
+    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox")
+    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/suite")
+    args = p.parse_args(argv)
+    args.scenarios = [s for s in args.scenarios.split(",") if s]
+    if args.port == 0:
+        from relay.localdb import free_port
+
+        args.port = free_port()
+    unknown = set(args.scenarios) - set(SCENARIOS)
+    if unknown:
+        p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    return args
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    notes = Path(args.notes).read_text() if args.notes else None
+    try:
+        results = json.loads(Path(args.from_json).read_text()) if args.from_json else run_suite(args)
+    except BenchError as exc:
+        log(f"benchmark failed: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    path = write(results, Path(args.out), notes)
+    log(f"written: {path}, {path.parent / ASSETS / 'benchmarks.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
