@@ -172,9 +172,14 @@ class Cases:
                     user = REPL_USER if not wrong or rng.random() < 0.5 else f"nobody{case}"
                     password = REPL_PASSWORD if not wrong else f"not-the-password-{case}"
                     conn = ClientConnection(user, password)
-                    conn.receive_data(await stream.receive_some(65536))
-                    assert conn.next_event() is NEED_DATA
-                    response = conn.data_to_send()
+                    response = b""
+                    while not response:  # the greeting may come in pieces
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            raise ConnectionError("closed before the greeting")
+                        conn.receive_data(data)
+                        assert conn.next_event() is NEED_DATA
+                        response = conn.data_to_send()
                     await stream.send_all(response if wrong else _mutate(response, rng))
                     received = await self._receive(stream, 0.3)
                     if wrong:
