@@ -15,6 +15,7 @@ import trio
 from ..binlog import events as ev
 from ..config import Config
 from ..protocol import auth
+from ..protocol import events as proto_events
 from ..protocol import server as proto
 from ..protocol.packets import build_err, frame
 from ..binlog.gtid import format_gtid_position
@@ -138,7 +139,7 @@ class Downstream:
         peer = f"{host}:{port}"
         if self.active_connections >= self.config.listen.max_connections:
             log.warning("downstream %s: refused, %d connections already", peer, self.active_connections)
-            data, _ = frame(build_err(proto.ER_CON_COUNT_ERROR, "Too many connections", "08004"), 0)
+            data, _ = frame(build_err(proto_events.ER_CON_COUNT_ERROR, "Too many connections", "08004"), 0)
             try:
                 await stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..protocol import events as proto_events
 from ..protocol import server as proto
 from ..protocol.auth import CACHING_SHA2_PASSWORD, NATIVE_PASSWORD
 from ..protocol.packets import PacketTooLarge
@@ -79,12 +80,12 @@ class _Session:
     async def next_event(self) -> object:
         while True:
             event = self.conn.next_event()
-            if event is not proto.NEED_DATA:
+            if event is not proto_events.NEED_DATA:
                 return event
             await self.flush()
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
-                return proto.Quit()
+                return proto_events.Quit()
             self.conn.receive_data(data)
 
     async def _receive(self) -> bytes:
@@ -94,23 +95,23 @@ class _Session:
         with trio.move_on_after(self.context.handshake_timeout) as timer:
             while True:
                 event = await self.next_event()
-                if isinstance(event, proto.StartTLS):
+                if isinstance(event, proto_events.StartTLS):
                     await self.flush()
                     assert self.context.tls_context is not None
                     transport = _PrefixedStream(self.stream, self.conn.take_unparsed())
                     self.stream = trio.SSLStream(transport, self.context.tls_context, server_side=True)
                     await self.stream.do_handshake()
                     self.conn.tls_started()
-                elif isinstance(event, proto.LoggedIn):
+                elif isinstance(event, proto_events.LoggedIn):
                     self.user = event.user
                     await self.flush()
                     return True
-                elif isinstance(event, proto.LoginRefused):
+                elif isinstance(event, proto_events.LoginRefused):
                     await self.flush()
                     log.warning("downstream %s: login refused for user %r: %s", self.peer, event.user, event.message)
                     self.context.registry.auth_failures += 1
                     return False
-                elif isinstance(event, proto.Quit):
+                elif isinstance(event, proto_events.Quit):
                     return False
         if timer.cancelled_caught:
             log.info("downstream %s: no login within %.0fs, closing", self.peer, self.context.handshake_timeout)
@@ -120,17 +121,17 @@ class _Session:
     async def serve_commands(self) -> None:
         while True:
             event = await self.next_event()
-            if isinstance(event, proto.Quit):
+            if isinstance(event, proto_events.Quit):
                 return
-            if isinstance(event, proto.Query):
+            if isinstance(event, proto_events.Query):
                 self._answer(event.sql)
-            elif isinstance(event, (proto.Ping, proto.InitDB)):
+            elif isinstance(event, (proto_events.Ping, proto_events.InitDB)):
                 self.conn.send_ok()
-            elif isinstance(event, proto.RegisterSlave):
+            elif isinstance(event, proto_events.RegisterSlave):
                 self._register(event)
-            elif isinstance(event, proto.BinlogDump) or (
-                    isinstance(event, proto.BinlogDumpGtid) and not self.context.facts().is_mariadb):
-                gtid_set = event.gtid_data if isinstance(event, proto.BinlogDumpGtid) else None
+            elif isinstance(event, proto_events.BinlogDump) or (
+                    isinstance(event, proto_events.BinlogDumpGtid) and not self.context.facts().is_mariadb):
+                gtid_set = event.gtid_data if isinstance(event, proto_events.BinlogDumpGtid) else None
                 request = DumpRequest(event.file, event.position, event.flags, event.server_id,
                                       self.registered_server_id, dict(self.variables.values), gtid_set,
                                       mysql_flavour=not self.context.facts().is_mariadb)
@@ -138,7 +139,7 @@ class _Session:
                 return
             else:
                 self.context.registry.protocol_error("unknown_command")
-                self.conn.send_error(proto.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
+                self.conn.send_error(proto_events.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
     def _answer(self, sql: str) -> None:
         reply = self.context.purge.answer(sql, self.user) or queries.answer(
@@ -151,7 +152,7 @@ class _Session:
             log.debug("downstream %s: %s -> ERROR %d %s", self.peer, sql[:200], reply.code, reply.message)
             self.conn.send_error(reply.code, reply.message, reply.sqlstate)
 
-    def _register(self, event: proto.RegisterSlave) -> None:
+    def _register(self, event: proto_events.RegisterSlave) -> None:
         if event.server_id == self.context.relay_server_id:
             self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, same_id_message(event.server_id))
             return

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
 
 from . import auth
 from .handshake import (
@@ -33,31 +32,16 @@ from .packets import (
     parse_ok,
 )
 from .resultset import ResultSet, ResultSetParser, column_count
-
-COM_QUIT = 0x01
-COM_QUERY = 0x03
-COM_PING = 0x0E
-COM_BINLOG_DUMP = 0x12
-COM_REGISTER_SLAVE = 0x15
-
-
-class NeedData:
-    """Sentinel: ``next_event`` needs more bytes from the peer."""
-
-
-NEED_DATA = NeedData()
-
-
-@dataclass(frozen=True)
-class StartTLS:
-    """Flush ``data_to_send``, wrap the stream in TLS, then call ``tls_started``."""
-
-
-@dataclass(frozen=True)
-class Connected:
-    greeting: Greeting
-    tls: bool
-
+from .events import (
+    COM_BINLOG_DUMP,
+    COM_PING,
+    COM_QUERY,
+    COM_QUIT,
+    COM_REGISTER_SLAVE,
+    Connected,
+    NEED_DATA,
+    StartTLS,
+)
 
 class AuthenticationError(Exception):
     """The upstream refused our credentials, or we cannot speak its auth method."""

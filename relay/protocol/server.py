@@ -36,106 +36,36 @@ from .packets import (
     frame,
 )
 from .resultset import build_result_set
-
-COM_QUIT = 0x01
-COM_INIT_DB = 0x02
-COM_QUERY = 0x03
-COM_PING = 0x0E
-COM_BINLOG_DUMP = 0x12
-COM_REGISTER_SLAVE = 0x15
-COM_BINLOG_DUMP_GTID = 0x1E
-
-ER_CON_COUNT_ERROR = 1040
-ER_ACCESS_DENIED_ERROR = 1045
-ER_UNKNOWN_COM_ERROR = 1047
-ER_HANDSHAKE_ERROR = 1043
-ER_MALFORMED_PACKET = 1835
-ER_SECURE_TRANSPORT_REQUIRED = 3159
-
+from .events import (
+    BinlogDump,
+    BinlogDumpGtid,
+    COM_BINLOG_DUMP,
+    COM_BINLOG_DUMP_GTID,
+    COM_INIT_DB,
+    COM_PING,
+    COM_QUERY,
+    COM_QUIT,
+    COM_REGISTER_SLAVE,
+    ER_ACCESS_DENIED_ERROR,
+    ER_HANDSHAKE_ERROR,
+    ER_MALFORMED_PACKET,
+    ER_SECURE_TRANSPORT_REQUIRED,
+    InitDB,
+    LoggedIn,
+    LoginRefused,
+    NEED_DATA,
+    Ping,
+    Query,
+    Quit,
+    RegisterSlave,
+    StartTLS,
+    UnknownCommand,
+)
 
 @dataclass(frozen=True)
 class Credentials:
     native_hash: bytes  # SHA1(SHA1(password)), b"" for an empty password
     sha2_hash: bytes | None = None  # SHA256(SHA256(password)) when the plaintext was configured
-
-
-class NeedData:
-    pass
-
-
-NEED_DATA = NeedData()
-
-
-@dataclass(frozen=True)
-class StartTLS:
-    """The client sent an SSLRequest: wrap the stream (server side), then call ``tls_started``."""
-
-
-@dataclass(frozen=True)
-class LoggedIn:
-    user: str
-    database: str | None
-    tls: bool
-    attributes: tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class LoginRefused:
-    """An ERR was queued; flush it and close the connection."""
-
-    user: str
-    code: int
-    message: str
-
-
-@dataclass(frozen=True)
-class Query:
-    sql: str
-
-
-@dataclass(frozen=True)
-class Ping:
-    pass
-
-
-@dataclass(frozen=True)
-class InitDB:
-    database: str
-
-
-@dataclass(frozen=True)
-class Quit:
-    pass
-
-
-@dataclass(frozen=True)
-class RegisterSlave:
-    server_id: int
-    host: str
-    user: str
-    port: int
-
-
-@dataclass(frozen=True)
-class BinlogDump:
-    file: str
-    position: int
-    flags: int
-    server_id: int
-
-
-@dataclass(frozen=True)
-class BinlogDumpGtid:
-    file: str
-    position: int
-    flags: int
-    server_id: int
-    gtid_data: bytes
-
-
-@dataclass(frozen=True)
-class UnknownCommand:
-    command: int
 
 
 class _State(enum.Enum):

@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from relay.protocol import events as proto_events
 from relay.protocol import server as proto
 from relay.protocol.client import ClientConnection, Connected
 from relay.protocol.packets import PacketReader, PacketTooLarge, parse_err
@@ -27,7 +28,7 @@ def _logged_in(max_packet: int) -> proto.ServerConnection:
         client.receive_data(server.data_to_send())
         connected = connected or isinstance(client.next_event(), Connected)
         server.receive_data(client.data_to_send())
-        logged_in = logged_in or isinstance(server.next_event(), proto.LoggedIn)
+        logged_in = logged_in or isinstance(server.next_event(), proto_events.LoggedIn)
         if logged_in and connected:
             server.data_to_send()  # nothing left: the OK went to the client above
             return server
@@ -61,7 +62,7 @@ def test_a_64_mib_packet_before_the_login_is_refused_from_its_first_header():
         server.next_event()
     assert _refusal(server) == (2, *REFUSAL)
     server.receive_data(bytes(1 << 16))  # whatever follows is not read
-    assert server.next_event() is proto.NEED_DATA and server.data_to_send() == b""
+    assert server.next_event() is proto_events.NEED_DATA and server.data_to_send() == b""
 
 
 def test_the_largest_handshake_response_allowed_is_16_kib():
@@ -74,7 +75,7 @@ def test_the_largest_handshake_response_allowed_is_16_kib():
                 server.next_event()
             assert _refusal(server) == (2, *REFUSAL)
         else:
-            assert server.next_event() is proto.NEED_DATA  # waits for the body
+            assert server.next_event() is proto_events.NEED_DATA  # waits for the body
 
 
 def test_after_the_login_the_limit_is_max_packet_over_all_chunks():
@@ -92,7 +93,7 @@ def test_a_command_up_to_max_packet_is_served():
     assert len(query) == 1 << 20
     server.receive_data(_header(len(query), 0) + query)
     event = server.next_event()
-    assert isinstance(event, proto.Query) and len(event.sql) == len(query) - 1
+    assert isinstance(event, proto_events.Query) and len(event.sql) == len(query) - 1
     server.receive_data(_header((1 << 20) + 1, 0))
     with pytest.raises(PacketTooLarge):
         server.next_event()

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from relay.protocol import auth
+from relay.protocol import events as proto_events
 from relay.protocol import server as proto
 from relay.protocol.client import NEED_DATA, AuthenticationError, ClientConnection, Connected
 from relay.protocol.handshake import CLIENT_PROTOCOL_41, build_greeting
@@ -42,7 +43,7 @@ def _pump(client: ClientConnection, server: proto.ServerConnection) -> tuple[obj
             server.receive_data(data)
             moved = True
         event = server.next_event()
-        if event is not proto.NEED_DATA:
+        if event is not proto_events.NEED_DATA:
             server_event = event
         if not moved:
             break
@@ -53,13 +54,13 @@ def _pump(client: ClientConnection, server: proto.ServerConnection) -> tuple[obj
 def test_login_with_either_plugin(plugin):
     client_event, server_event = _pump(ClientConnection("repl", "replpass"), _server(auth_plugin=plugin))
     assert isinstance(client_event, Connected)
-    assert isinstance(server_event, proto.LoggedIn) and server_event.user == "repl"
+    assert isinstance(server_event, proto_events.LoggedIn) and server_event.user == "repl"
 
 
 def test_sha2_client_without_sha2_hash_is_switched_to_native():
     server = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD)
     client_event, server_event = _pump(ClientConnection("hashonly", "pw"), server)
-    assert isinstance(client_event, Connected) and isinstance(server_event, proto.LoggedIn)
+    assert isinstance(client_event, Connected) and isinstance(server_event, proto_events.LoggedIn)
 
 
 @pytest.mark.parametrize("user,password", [("repl", "wrong"), ("nobody", "x"), ("repl", "")])
@@ -68,7 +69,7 @@ def test_refused_login_gets_1045(user, password):
     server = _server()
     with pytest.raises(AuthenticationError, match="1045"):
         _pump(client, server)
-    assert server.next_event() is proto.NEED_DATA
+    assert server.next_event() is proto_events.NEED_DATA
 
 
 def test_query_and_result_set_roundtrip():
@@ -77,7 +78,7 @@ def test_query_and_result_set_roundtrip():
     client.query("SELECT @master_binlog_checksum")
     server.receive_data(client.data_to_send())
     event = server.next_event()
-    assert event == proto.Query("SELECT @master_binlog_checksum")
+    assert event == proto_events.Query("SELECT @master_binlog_checksum")
     server.send_result_set(["@master_binlog_checksum"], [("CRC32",)])
     client.receive_data(server.data_to_send())
     assert client.next_event() == ResultSet(("@master_binlog_checksum",), (("CRC32",),))
@@ -88,13 +89,13 @@ def test_commands_parse():
     _pump(client, server)
     client.register_slave(42, "replica-host", 3307)
     server.receive_data(client.data_to_send())
-    assert server.next_event() == proto.RegisterSlave(42, "replica-host", "", 3307)
+    assert server.next_event() == proto_events.RegisterSlave(42, "replica-host", "", 3307)
     server.send_ok()
     client.receive_data(server.data_to_send())
     client.next_event()
     client.binlog_dump("mysql-bin.000003", 1234, 42, 0x02)
     server.receive_data(client.data_to_send())
-    assert server.next_event() == proto.BinlogDump("mysql-bin.000003", 1234, 0x02, 42)
+    assert server.next_event() == proto_events.BinlogDump("mysql-bin.000003", 1234, 0x02, 42)
 
 
 def test_dump_framing_and_large_events():
@@ -129,14 +130,14 @@ def test_malformed_command_gets_an_error_and_the_session_goes_on():
     _pump(client, server)
     data, _ = frame(b"\x12\x01", 0)  # COM_BINLOG_DUMP with 1 byte of body
     server.receive_data(data)
-    assert server.next_event() is proto.NEED_DATA
+    assert server.next_event() is proto_events.NEED_DATA
     reader = PacketReader()
     reader.check_seq = False
     reader.feed(server.data_to_send())
-    assert parse_err(reader.next_packet()).code == proto.ER_MALFORMED_PACKET
+    assert parse_err(reader.next_packet()).code == proto_events.ER_MALFORMED_PACKET
     client.ping()
     server.receive_data(client.data_to_send())
-    assert server.next_event() == proto.Ping()
+    assert server.next_event() == proto_events.Ping()
 
 
 def test_tls_required_refuses_plain_clients():
@@ -185,7 +186,7 @@ def test_caching_sha2_full_authentication_over_rsa_then_the_fast_path():
     cache: set[str] = set()
     server = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, sha2_cache=cache, rsa_key_pair=KEY_PAIR)
     client_event, server_event = _pump(ClientConnection("repl", "replpass"), server)  # asks for the key
-    assert isinstance(client_event, Connected) and isinstance(server_event, proto.LoggedIn)
+    assert isinstance(client_event, Connected) and isinstance(server_event, proto_events.LoggedIn)
     assert cache == {"repl"}
     fast = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, sha2_cache=cache, rsa_key_pair=KEY_PAIR)
     greeting = fast.data_to_send()
@@ -193,14 +194,14 @@ def test_caching_sha2_full_authentication_over_rsa_then_the_fast_path():
     client.receive_data(greeting)
     assert client.next_event() is NEED_DATA
     fast.receive_data(client.data_to_send())
-    assert isinstance(fast.next_event(), proto.LoggedIn)
+    assert isinstance(fast.next_event(), proto_events.LoggedIn)
     assert b"\x01\x03" in fast.data_to_send()  # the fast path: no full authentication this time
 
 
 def test_caching_sha2_full_authentication_with_a_known_key_and_a_wrong_password():
     server = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, rsa_key_pair=KEY_PAIR)
     client_event, server_event = _pump(ClientConnection("repl", "replpass", server_public_key=KEY_PAIR[1]), server)
-    assert isinstance(server_event, proto.LoggedIn)
+    assert isinstance(server_event, proto_events.LoggedIn)
     wrong = _server(auth_plugin=auth.CACHING_SHA2_PASSWORD, rsa_key_pair=KEY_PAIR)
     with pytest.raises(AuthenticationError, match="1045"):
         _pump(ClientConnection("repl", "wrong", server_public_key=KEY_PAIR[1]), wrong)
