@@ -279,13 +279,17 @@ class Upstream:
                 self.status.reconnects += 1
 
     async def _wait_for_space(self, exc: OSError) -> None:
+        """Called after _lost() cut the partial group: the space that freed is not enough (the group
+        did not fit in it), so ingest resumes only once free space grew past it by a margin."""
         data_dir = self.relay_log.data_dir
         self.status.last_error = f"data_dir full: {exc.strerror}"
         self.status.disk_full = True
         self.status.disk_full_pauses += 1
-        log.error("upstream: %s is full (%s); ingest paused until space is freed, serving goes on", data_dir,
-                  exc.strerror)
-        while not _has_room(data_dir):
+        free, size = _disk_space(data_dir)
+        wanted = free + min(ROOM_TO_RESUME, size // 10)
+        log.error("upstream: %s is full (%s); ingest paused until %d MiB are free (%d MiB now), serving goes on",
+                  data_dir, exc.strerror, wanted >> 20, free >> 20)
+        while _disk_space(data_dir)[0] < wanted:
             await trio.sleep(DISK_FULL_POLL_SECONDS)
         self.status.disk_full = False
         log.warning("upstream: %s has space again; resuming ingest", data_dir)
@@ -522,8 +526,12 @@ class Upstream:
                 f"the primary's {resume_file} is {primary_sizes[resume_file]} bytes, shorter than the "
                 f"{position} bytes the relay stored: {MIXED_HISTORIES}")
         for name in self.relay_log.files[:-1]:
-            if name in primary_sizes and primary_sizes[name] != self.relay_log.path(name).stat().st_size:
-                raise FatalIngestError(f"the primary's {name} differs in size from the stored copy: {MIXED_HISTORIES}")
+            if name not in primary_sizes or name in self.relay_log.damaged:  # damage was reported at start-up
+                continue
+            stored_size = self.relay_log.path(name).stat().st_size
+            if primary_sizes[name] != stored_size:
+                raise FatalIngestError(f"the primary's {name} is {primary_sizes[name]} bytes, the stored copy "
+                                       f"{stored_size}: {MIXED_HISTORIES}")
 
     async def _ingest(self, conn: _Connection, stream: DumpStream | TranslatingStream) -> None:
         if not self.status.semi_sync:
@@ -611,13 +619,13 @@ class Upstream:
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 DISK_FULL_POLL_SECONDS = 1.0
-ROOM_TO_RESUME = 64 << 20  # free bytes (or a tenth of a smaller file system) before ingest resumes
+ROOM_TO_RESUME = 64 << 20  # growth of free space (or a tenth of a smaller file system) before ingest resumes
 
 
-def _has_room(path: Path) -> bool:
+def _disk_space(path: Path) -> tuple[int, int]:
+    """(bytes free to this process, size) of the file system holding ``path``."""
     stats = os.statvfs(path)
-    free, size = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
-    return free >= min(ROOM_TO_RESUME, size // 10)
+    return stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
 
 
 _RETRYABLE = (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,

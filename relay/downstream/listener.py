@@ -150,5 +150,7 @@ class Downstream:
         self.active_connections += 1
         try:
             await handle_connection(stream, self.context, peer)
+        except Exception:  # one session's failure, wherever it happens, must never end the listener
+            log.exception("downstream %s: session failed", peer)
         finally:
             self.active_connections -= 1

@@ -202,12 +202,13 @@ async def handle_connection(stream: trio.abc.Stream, context: SessionContext, pe
         context.registry.protocol_error("packet_too_large")
         log.warning("downstream %s: %s; closing", peer, exc)
         with trio.move_on_after(1):  # the ERR 1153 the connection queued; a client not reading is not waited for
-            await session.flush()
+            try:
+                await session.flush()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+                pass  # the client is gone already: nothing to tell it
     except proto.ProtocolError as exc:
         context.registry.protocol_error("malformed")
         log.warning("downstream %s: protocol error: %s", peer, exc)
-    except Exception:  # one session's failure must never end the relay
-        log.exception("downstream %s: session failed", peer)
     finally:
         registry.session_state(state, None)
         await trio.aclose_forcefully(session.stream)

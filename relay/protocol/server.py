@@ -115,6 +115,7 @@ class ServerConnection:
         self._seq = 0
         self._state = _State.HANDSHAKE
         self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
+        self._tls_available = tls_available
         capabilities = SERVER_CAPABILITIES | (CLIENT_SSL if tls_available else 0)
         self.semi_sync = False  # the client asked for semi-sync: events carry ef 00 (never an ACK request)
         self._send(build_greeting(server_version, connection_id, self._scramble, capabilities, auth_plugin))
@@ -181,6 +182,8 @@ class ServerConnection:
 
     def _on_handshake(self, payload: memoryview) -> object | None:
         if is_ssl_request(payload) and not self._tls_active:
+            if not self._tls_available:  # the greeting offered no SSL: a server without TLS refuses it so
+                return self._refuse("", ER_HANDSHAKE_ERROR, "Bad handshake", "08S01")
             self._state = _State.TLS
             return StartTLS()
         if self._tls_required and not self._tls_active:

@@ -52,6 +52,7 @@ class RelayLog:
         self._lock = DataDirLock(self.data_dir)
         self.state = RelayState()
         self.files: list[str] = []
+        self.damaged: dict[str, int] = {}  # closed files cut short on disk: where their whole events end
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
         # the newest group end written but not yet committed: (file, end, start of its last event)
@@ -99,6 +100,7 @@ class RelayLog:
         for name in self.files[:-1]:
             if not self.path(name).exists():
                 raise DataDirError(f"{self.path(name)} is listed in the index but missing")
+        self._check_closed_files()
         name = self.files[-1]
         path = self.path(name)
         if not path.exists() or path.stat().st_size < len(ev.BINLOG_MAGIC):
@@ -119,6 +121,21 @@ class RelayLog:
         self._write_pos = self._durable_pos = end
         self._last_event_start = last_start
         self.committed = (name, end)
+
+    def _check_closed_files(self) -> None:
+        """A closed file damaged on disk (cut short, a torn last event) is not another history: it is
+        reported with where its whole events end, the dumps reaching that point end with ERR 1236
+        (reader.py), and every other file is served as before."""
+        for name in self.files[:-1]:
+            path = self.path(name)
+            size = path.stat().st_size
+            with open(path, "rb") as stream:
+                end = closed_file_end(stream, size)
+            if end != size:
+                self.damaged[name] = end
+                log.error("stored %s is damaged: its whole events end at %d but the file is %d bytes (cut short "
+                          "on disk?); dumps reading it end at %d with an error; the other files are served. "
+                          "Restore it from the primary's or a backup's copy of %s", name, end, size, end, name)
 
     def _scan_tail(self, name: str, size: int) -> tuple[int, int]:
         """The last sound group end at or after the checkpoint, and the start of the event
@@ -417,6 +434,41 @@ def _file_checksum_alg(stream: BinaryIO) -> int:
             return ev.parse_format_description(event).checksum_alg
         break
     return ev.CHECKSUM_OFF
+
+
+def closed_file_end(stream: BinaryIO, size: int) -> int:
+    """Where the whole, sound events of a closed binlog file end (its size when it is intact).  A file
+    closed by its primary ends with a ROTATE or STOP event: reading that last event is enough.  Any
+    other file (a primary that crashed, or damage) is walked event by event."""
+    checksum_alg = _file_checksum_alg(stream)
+    if _ends_with_rotate_or_stop(stream, size, checksum_alg):
+        return size
+    end = 4
+    for offset, event in iter_events(stream, 4, size):
+        if not _event_is_sound(offset, event, checksum_alg):
+            break
+        end = offset + len(event)
+    return end
+
+
+def _ends_with_rotate_or_stop(stream: BinaryIO, size: int, checksum_alg: int) -> bool:
+    """The last event is a ROTATE (body: 8-byte position and a file name) or a STOP ending at ``size``.
+    Its length is not known in advance, so each plausible length of a binlog file name is tried."""
+    crc_len = 4 if checksum_alg == ev.CHECKSUM_CRC32 else 0
+    tail_len = min(size - 4, ev.HEADER_LEN + 8 + _MAX_NAME_LEN + crc_len)
+    stream.seek(size - tail_len)
+    tail = stream.read(tail_len)
+    for length in range(ev.HEADER_LEN + crc_len, tail_len + 1):
+        event = tail[tail_len - length:]
+        if event[4] not in (ev.ROTATE_EVENT, ev.STOP_EVENT):
+            continue
+        header = ev.EventHeader.parse(event)
+        if header.event_length == length and _event_is_sound(size - length, memoryview(event), checksum_alg):
+            return True
+    return False
+
+
+_MAX_NAME_LEN = 512  # FN_REFLEN, the longest file name a server writes into a ROTATE
 
 
 def _event_is_sound(offset: int, event: memoryview, checksum_alg: int) -> bool:

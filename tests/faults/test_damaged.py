@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-import pytest
 
 from relay.protocol.packets import is_eof, is_err, parse_err
 from tests.support.faults import SequenceLoad
@@ -52,14 +51,6 @@ def _raw_dump(port: int, file: str) -> tuple[list[bytes], object]:
 
 def _names_position(text: str, file: str, positions: tuple[int, ...]) -> bool:
     return file in text and any(str(p) in text for p in positions)
-
-
-TRUNCATED_BUG = (
-    "relay bug: a closed stored file cut short on disk stops the whole relay at start-up with "
-    "'the primary's mysql-bin.00000N differs in size from the stored copy: refusing to mix two binlog histories "
-    "(another primary, or the primary's binlogs were reset; use a new data_dir for a new history)': the damage "
-    "is taken for another history (the advice would throw the data_dir away), no position is given, and "
-    "nothing is served any more, not even the intact files")
 
 
 def _stored_history(mariadb_factory, fault_relay):
@@ -124,7 +115,6 @@ def test_flipped_byte_is_never_served(mariadb_factory, fault_relay):
     assert relay.alive()
 
 
-@pytest.mark.xfail(strict=True, reason=TRUNCATED_BUG)
 def test_truncated_closed_file_is_reported_and_never_served(mariadb_factory, fault_relay):
     """The last CUT_BYTES of a closed file gone (its ROTATE cut short). Expected: the relay keeps serving,
     says which file is damaged and where, and either repairs the file from the primary or ends a dump of it

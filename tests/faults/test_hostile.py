@@ -28,7 +28,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-import pytest
 import trio
 
 from relay.protocol.client import NEED_DATA, ClientConnection, Connected
@@ -50,19 +49,6 @@ CLIENT_PROTOCOL_41, CLIENT_SSL, CLIENT_SECURE_CONNECTION = 0x200, 0x800, 0x8000
 
 # What ends the relay today (found by this test): a client that sends a packet header over the pre-login
 # size cap and resets the connection. test_oversized_packet_then_reset is the short reproduction.
-OVERSIZED_RESET_BUG = (
-    "relay bug: relay/downstream/session.py handle_connection, `except PacketTooLarge`: the flush of the queued "
-    "ERR 1153 raises trio.BrokenResourceError when the client has already reset; raised inside the except "
-    "clause it escapes the session, trio.serve_listeners ends and the whole relay stops ('relay stopped; state "
-    "written', then connection refused)")
-# Found by the long run (6 in 100,000 cases): an SSL request to a relay without TLS fails an assert.
-SSL_REQUEST_BUG = (
-    "relay bug: relay/protocol/server.py _on_handshake returns StartTLS for an SSL request even when the greeting "
-    "offered no CLIENT_SSL (no TLS configured); relay/downstream/session.py login() then fails "
-    "`assert self.context.tls_context is not None`, logged as 'session failed' with a traceback, instead of the "
-    "refusal a server sends (ERR 1043 Bad handshake)")
-
-
 def _frame(payload: bytes, seq: int) -> bytes:
     return struct.pack("<I", len(payload) | (seq << 24)) + payload
 
@@ -258,7 +244,6 @@ def _flood(port: int, count: int) -> int:
     return refused
 
 
-@pytest.mark.xfail(strict=True, reason=f"{OVERSIZED_RESET_BUG}; and {SSL_REQUEST_BUG}")
 def test_hostile_clients_do_not_disturb_a_replica(mariadb_factory, fault_relay):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
     relay = fault_relay("relay", primary.port, listen={"max_connections": MAX_CONNECTIONS,
@@ -306,7 +291,6 @@ def test_hostile_clients_do_not_disturb_a_replica(mariadb_factory, fault_relay):
     assert peak - peak_before < RSS_GROWTH_BOUND
 
 
-@pytest.mark.xfail(strict=True, reason=OVERSIZED_RESET_BUG)
 def test_oversized_packet_then_reset(mariadb_factory, fault_relay):
     """The shortest reproduction of what ends the relay: a client announces a packet over the pre-login cap,
     reads the greeting and resets the connection. 200 such clients; the relay must still serve."""
@@ -322,18 +306,34 @@ def test_oversized_packet_then_reset(mariadb_factory, fault_relay):
         assert client.query("SELECT @@version") is not None
 
 
-@pytest.mark.xfail(strict=True, reason=SSL_REQUEST_BUG)
 def test_ssl_request_to_a_relay_without_tls(mariadb_factory, fault_relay):
-    """An SSLRequest answered as a server without TLS answers it: refused (or closed), nothing crashes."""
+    """An SSLRequest to a server whose greeting offered no SSL: the relay answers as the primary (a MariaDB
+    without TLS) does, with the same ERR, and nothing crashes."""
     primary = mariadb_factory(server_id=1)
     relay = fault_relay("relay", primary.port)
-    for _ in range(5):
-        with socket.create_connection(("127.0.0.1", relay.port), timeout=5) as sock:
-            sock.recv(65536)
+
+    def reply_to_ssl_request(port: int) -> list[bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            greeting = _frames(sock.recv(65536))[0]
+            assert not _offers_ssl(greeting), "the server offered SSL: this test needs one without TLS"
             sock.sendall(_ssl_request())
-            while sock.recv(65536):
-                pass
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            return _frames(data)
+
+    expected = reply_to_ssl_request(primary.port)
+    assert expected and expected[0][:1] == b"\xff", expected
+    for _ in range(5):
+        assert reply_to_ssl_request(relay.port) == expected
     assert relay.alive(), relay.log_text()[-2500:]
     with RawClient(relay.port) as client:
         assert client.query("SELECT @@version") is not None
     assert "Traceback" not in relay.log_text(), relay.log_text()[-2500:]
+
+
+def _offers_ssl(greeting: bytes) -> bool:
+    """CLIENT_SSL in the lower capability flags of a v10 greeting."""
+    version_end = greeting.index(b"\0", 1)
+    lower_flags = int.from_bytes(greeting[version_end + 1 + 4 + 8 + 1:][:2], "little")
+    return bool(lower_flags & CLIENT_SSL)
