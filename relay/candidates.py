@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .binlog.gtid import BinlogState, Gtid
+from .errors import RetryableError
 
 RELAY_VERSION_COMMENT = "binlog-relay"  # what a relay answers to @@version_comment
 
 
-class CandidateRefused(Exception):
+class CandidateRefused(RetryableError):
     """Not a primary to replicate from, now; ``reason`` is the metric label."""
 
     def __init__(self, reason: str, message: str) -> None:

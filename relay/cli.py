@@ -27,9 +27,7 @@ def _load(path: str):  # type: ignore[no-untyped-def]
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .app import run_until_signalled
-    from .storage.files import DataDirError
-    from .upstream import FatalIngestError
-    from .binlog.stream import StreamError
+    from .errors import FatalError
     from .trio_run import run_trio
 
     config = _load(args.config)
@@ -38,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Until trio takes over the signals, a SIGTERM simply ends the process cleanly.
         signal.signal(signal.SIGTERM, _exit_on_signal)
         run_trio(run_until_signalled, config)  # errors come out of their ExceptionGroups
-    except (DataDirError, FatalIngestError, StreamError) as err:
+    except FatalError as err:
         logging.getLogger("relay").error("%s", err)
         return 1
     except OSError as err:  # e.g. the listen or metrics port is taken, data_dir not writable

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from .binlog.names import BINLOG_NAME
+from .errors import FatalError
 
 __all__ = [
     "ENV_PREFIX",
@@ -62,7 +63,7 @@ ENV_PREFIX = "BINLOG_RELAY_"
 MAX_UINT32 = 2**32 - 1
 
 
-class ConfigError(Exception):
+class ConfigError(FatalError):
     """The configuration is unusable; ``errors`` holds one message per problem."""
 
     def __init__(self, errors: list[str], source: str = "<string>") -> None:

@@ -28,22 +28,15 @@ import trio
 from .binlog import events as ev
 from .binlog.gtid import BinlogState, format_gtid_position
 from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
-from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment, StreamError, UpstreamEnded
+from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment
 from .binlog.names import next_file_name
 from .binlog.translate import TranslatingStream
+from .errors import FatalError, RetryableError
 from .candidates import (RELAY_VERSION_COMMENT, BehindWaits, CandidateFacts, CandidateRefused, check_history, check_writable,
                          parse_binlog_state)
-from .protocol.client import (
-    NEED_DATA,
-    AuthenticationError,
-    ClientConnection,
-    Connected,
-    StartTLS,
-    TLSRequiredError,
-)
+from .protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
 from .protocol.packets import OkPacket, ProtocolError, ServerError
 from .protocol.resultset import ResultSet
-from .storage.files import DataDirError
 from .storage.gtidindex import GtidIndex
 from .storage.relaylog import RelayLog
 
@@ -58,7 +51,7 @@ MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGI
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
 
-class FatalIngestError(Exception):
+class FatalIngestError(FatalError):
     """Ingest cannot go on without an operator (wrong primary, corrupt data, bad position)."""
 
 
@@ -70,7 +63,7 @@ class ReplicaAcks(Protocol):
     async def wait_for_ack(self) -> None: ...
 
 
-class NoCandidate(Exception):
+class NoCandidate(RetryableError):
     """No candidate primary can be followed now (unreachable or refused): tried again later."""
 
 
@@ -256,11 +249,11 @@ class Upstream:
         while True:
             try:
                 await self._replicate_once()
-            except (FatalIngestError, StreamError, DataDirError) as exc:
+            except FatalError as exc:
                 self.status.last_error = str(exc)
                 log.error("upstream: ingest stopped: %s", exc)
                 raise
-            except (*_RETRYABLE, UpstreamEnded, NoCandidate) as exc:
+            except _RETRYABLE as exc:
                 if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
                     # Not a network fault: reconnecting would download the same bytes to the same full
                     # disk again and again. Wait for space, then resume where the last group ended.
@@ -628,8 +621,7 @@ def _disk_space(path: Path) -> tuple[int, int]:
     return stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
 
 
-_RETRYABLE = (OSError, ConnectionError, ProtocolError, ServerError, AuthenticationError, TLSRequiredError,
-              trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError)
+_RETRYABLE = (RetryableError, OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError)
 
 
 def _describe(exc: BaseException) -> str:

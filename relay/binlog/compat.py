@@ -17,6 +17,7 @@ import struct
 import zlib
 
 from . import events as ev
+from ..errors import InputError
 
 CAPABILITY_UNKNOWN = 0
 CAPABILITY_ANNOTATE = 1
@@ -36,7 +37,7 @@ _DUMMY_VAR_NAME = b"!dummyvar"
 _QUERY_HEADER = struct.Struct("<IIBHH")
 
 
-class IncompatibleEvent(ValueError):
+class IncompatibleEvent(InputError):
     """The event cannot be made into something the replica understands (a primary stops the
     dump with ER 1236 and this message)."""
 

@@ -11,6 +11,7 @@ import zlib
 from dataclasses import dataclass
 
 from ..protocol.packets import ProtocolError, lenenc_int, read_lenenc_int
+from ..errors import InputError
 
 BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
@@ -88,7 +89,7 @@ def event_name(event_type: int) -> str:
     return EVENT_NAMES.get(event_type, f"type_{event_type}")
 
 
-class BinlogFormatError(Exception):
+class BinlogFormatError(InputError):
     """An event or binlog file is malformed."""
 
 

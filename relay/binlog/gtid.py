@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .hashorder import HashOrder
+from ..errors import InputError
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
@@ -17,7 +18,7 @@ ER_INCORRECT_GTID_STATE = 1941
 ER_DUPLICATE_GTID_DOMAIN = 1943
 
 
-class GtidError(ValueError):
+class GtidError(InputError):
     """A GTID position string a replica sent cannot be parsed; ``code`` and the message are the
     error a MariaDB primary answers a dump with such a @slave_connect_state."""
 

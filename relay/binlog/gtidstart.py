@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from . import events as ev
 from .gtid import BinlogState, Gtid, start_missing_message
+from ..errors import Refusal
 
 # Log_event::is_part_of_group: a standalone group is skipped up to its first event not listed here.
 _PART_OF_GROUP = frozenset({ev.GTID_EVENT, ev.INTVAR_EVENT, ev.RAND_EVENT, ev.USER_VAR_EVENT,
@@ -25,7 +26,7 @@ _NOT_SKIPPING, _SKIP_STANDALONE, _SKIP_TRANSACTION = 0, 1, 2
 _GTID_BODY = struct.Struct("<QIB")  # seq_no, domain_id, flags2
 
 
-class GtidStartError(Exception):
+class GtidStartError(Refusal):
     """The replica's GTID start cannot be served (ERR 1236 text)."""
 
 

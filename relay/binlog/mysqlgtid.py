@@ -18,13 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from . import events as ev
+from ..errors import InputError
 
 _U64 = struct.Struct("<Q")
 _TAGGED_FORMAT = 1
 _TEXT_SID = re.compile(r"^\s*([0-9a-fA-F-]{32,36})((?::[^,]*)?)\s*$")
 
 
-class MysqlGtidError(ValueError):
+class MysqlGtidError(InputError):
     """A GTID set or GTID event that cannot be decoded."""
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from . import events as ev
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
-from .gtidstart import GtidStart, GtidStartError
+from .gtidstart import GtidStart
 from .mysqlgtid import ExcludedGroups
+from ..errors import Refusal
 
 try:
     from ._scan import frame as _compiled_frame
@@ -31,7 +32,7 @@ SKIP_OWN_SERVER = "replica_own_server_id"
 SKIP_ALREADY_APPLIED = "gtid_already_applied"
 
 
-class DumpRefused(Exception):
+class DumpRefused(Refusal):
     """ERR 1236 for the client: the dump cannot start or go on."""
 
 
@@ -112,21 +113,18 @@ class OutboundStream:
         out: list[memoryview | bytes] = []
         crc = self.checksum_alg == ev.CHECKSUM_CRC32
         event_end = end - sum(map(len, events))
-        try:
-            for event in events:
-                event_end += len(event)
-                etype = event[4]
-                if start.accept(event, etype, crc):
-                    sent = self._pass(event)
-                    if sent is not None:
-                        out.append(sent)
-                elif etype == ev.GTID_EVENT:
-                    self._count(SKIP_ALREADY_APPLIED)
-                if start.take_fake_list():
-                    gtids = [(g.domain_id, g.server_id, g.seq_no) for g in start.seen.gtid_list()]
-                    out.append(ev.build_gtid_list(self.options.relay_server_id, gtids, event_end, crc))
-        except GtidStartError as exc:
-            raise DumpRefused(str(exc)) from None
+        for event in events:
+            event_end += len(event)
+            etype = event[4]
+            if start.accept(event, etype, crc):
+                sent = self._pass(event)
+                if sent is not None:
+                    out.append(sent)
+            elif etype == ev.GTID_EVENT:
+                self._count(SKIP_ALREADY_APPLIED)
+            if start.take_fake_list():
+                gtids = [(g.domain_id, g.server_id, g.seq_no) for g in start.seen.gtid_list()]
+                out.append(ev.build_gtid_list(self.options.relay_server_id, gtids, event_end, crc))
         if start.done:
             self.gtid_start = None  # every domain's start is met: the fast path may take over
         return out

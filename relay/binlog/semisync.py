@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from . import events as ev
 from ..protocol.packets import PacketReader
+from ..errors import RetryableError
 
 SEMI_SYNC_MAGIC = 0xEF
 ACK_WANTED = 0x01
@@ -28,7 +29,7 @@ class Ack:
     position: int
 
 
-class SemiSyncError(Exception):
+class SemiSyncError(RetryableError):
     """The primary's semi-sync stream is not as MariaDB sends it."""
 
 

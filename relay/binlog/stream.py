@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..protocol.packets import is_eof, parse_err, ServerError
 from . import events as ev
 from .groups import GroupTracker
+from ..errors import FatalError, RetryableError
 
 try:
     from ._scan import scan as _compiled_scan
@@ -118,11 +119,11 @@ MIXED_HISTORIES = ("refusing to mix two binlog histories (another primary, or th
                    "use a new data_dir for a new history)")
 
 
-class StreamError(Exception):
+class StreamError(FatalError):
     """The upstream sent something the relay must not store; ingest stops with this message."""
 
 
-class UpstreamEnded(Exception):
+class UpstreamEnded(RetryableError):
     """The primary ended the dump with EOF (it is shutting down or killed the dump thread)."""
 
 

@@ -20,12 +20,12 @@ from ..binlog.gtidstart import GtidStart
 from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
 from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog import events as ev
-from ..binlog.outbound import _GROUP_STARTS, DumpOptions, DumpRefused, OutboundStream, frame_block
+from ..binlog.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
 from ..protocol import server as proto
-from ..storage.gtidindex import GtidLookupError
-from ..storage.reader import Available, FileStart, StartRefused, StoredFileDamaged, TailReader
+from ..storage.reader import Available, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE
 from .registry import DumpState
+from ..errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class DumpRequest:
             replica_capability=int(capability) if isinstance(capability, (int, float)) else 0)
 
 
-class DumpError(Exception):
+class DumpError(Refusal):
     """The dump is refused or cannot go on: the client gets ERR ``code`` with this text."""
 
     def __init__(self, message: str, code: int = ER_MASTER_FATAL_ERROR_READING_BINLOG) -> None:
@@ -132,8 +132,6 @@ class Dump:
             plan = context.gtid_index.plan_dump(parse_gtid_position(str(connect_state)),
                                                 request.flag("slave_gtid_strict_mode"),
                                                 request.flag("slave_gtid_ignore_duplicates"))
-        except GtidLookupError as refusal:
-            raise DumpError(str(refusal)) from None
         except GtidError as malformed:
             raise DumpError(str(malformed), malformed.code) from None
         return TailReader(context.relay_log, plan.file, 4), plan.start
@@ -147,10 +145,7 @@ class Dump:
         if self.request.file:
             reader = TailReader(self.context.relay_log, self.request.file, self.request.position)
         else:
-            try:
-                reader = TailReader(self.context.relay_log, index.plan_dump(replica_has), 4)
-            except GtidLookupError as refusal:
-                raise DumpError(str(refusal)) from None
+            reader = TailReader(self.context.relay_log, index.plan_dump(replica_has), 4)
         return reader, ExcludedGroups(replica_has)
 
     async def run(self, reader: TailReader, outbound: OutboundStream) -> None:
@@ -159,8 +154,6 @@ class Dump:
             await relay_log.wait_for_commit(pending.seen)
         try:
             reader.start()
-        except StartRefused as refusal:
-            raise DumpError(str(refusal)) from None
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
         self.conn.start_dump()
@@ -202,8 +195,6 @@ class Dump:
                 else:
                     await self.flush()
                     await self._wait_for_more(step.seen, outbound)
-        except DumpRefused as refusal:
-            raise DumpError(str(refusal)) from None
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
 
@@ -357,9 +348,9 @@ async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection
         if state.cancel_scope.cancelled_caught:
             log.info("downstream %s: dump of server_id %d ended: the same server_id connected again",
                      peer, request.server_id)
-    except DumpError as refusal:
+    except Refusal as refusal:  # the dump's own (DumpError), the reader's, the GTID planners'
         log.warning("downstream %s: dump refused: %s", peer, refusal)
-        conn.send_dump_error(refusal.code, str(refusal))
+        conn.send_dump_error(getattr(refusal, "code", ER_MASTER_FATAL_ERROR_READING_BINLOG), str(refusal))
         await flush()
     finally:
         registry.end_dump(state)

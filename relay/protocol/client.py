@@ -42,12 +42,14 @@ from .events import (
     NEED_DATA,
     StartTLS,
 )
+from ..errors import RetryableError
 
-class AuthenticationError(Exception):
+
+class AuthenticationError(RetryableError):
     """The upstream refused our credentials, or we cannot speak its auth method."""
 
 
-class TLSRequiredError(Exception):
+class TLSRequiredError(RetryableError):
     """TLS was required by configuration but the server does not offer it."""
 
 

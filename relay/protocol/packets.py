@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from ..errors import RetryableError
 
 MAX_CHUNK = 0xFFFFFF
 
@@ -16,7 +17,7 @@ _U16 = struct.Struct("<H")
 _U24_SEQ = struct.Struct("<HBB")  # low u16, high u8, seq
 
 
-class ProtocolError(Exception):
+class ProtocolError(RetryableError):
     """The peer sent bytes that do not follow the MySQL protocol."""
 
 
@@ -36,7 +37,7 @@ PACKET_TOO_LARGE_MESSAGE = "Got a packet bigger than 'max_allowed_packet' bytes"
 
 
 @dataclass(frozen=True)
-class ServerError(Exception):
+class ServerError(RetryableError):
     """An ERR packet: the peer refused what we asked."""
 
     code: int

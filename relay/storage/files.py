@@ -7,6 +7,7 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from ..errors import FatalError
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class StoredFile:
     modified: float  # when the last byte was written: the file's end of life on the primary
 
 
-class DataDirError(Exception):
+class DataDirError(FatalError):
     """The data directory is unusable (locked, unreadable, or inconsistent)."""
 
 

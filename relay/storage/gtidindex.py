@@ -13,9 +13,10 @@ from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from .relaylog import RelayLog
 from .scan import iter_events
+from ..errors import Refusal
 
 
-class GtidLookupError(Exception):
+class GtidLookupError(Refusal):
     """The requested GTID position cannot be served (text for ERR 1236)."""
 
 

@@ -16,13 +16,14 @@ from ..binlog import events as ev
 from ..binlog.names import next_file_name
 from .relaylog import RelayLog
 from .scan import BLOCK_SIZE, read_batch
+from ..errors import Refusal
 
 
-class StartRefused(Exception):
+class StartRefused(Refusal):
     """The dump cannot start where the client asked: the ERR 1236 text a primary sends."""
 
 
-class StoredFileDamaged(Exception):
+class StoredFileDamaged(Refusal):
     """A stored event fails its CRC32 or is cut short: never sent as data (the text names the
     file and the position, as a primary's read error does)."""
 

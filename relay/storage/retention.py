@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .files import StoredFile
+from ..errors import Refusal
 
 if TYPE_CHECKING:  # the keeper is handed a relay log; the relay log does not know retention
     from .relaylog import RelayLog
@@ -66,7 +67,7 @@ def files_modified_before(files: list[StoredFile], moment: float) -> list[str]:
     return chosen
 
 
-class PurgeRefused(Exception):
+class PurgeRefused(Refusal):
     """PURGE BINARY LOGS cannot do what was asked (text for the client's ERR)."""
 
     def __init__(self, code: int, message: str) -> None:
