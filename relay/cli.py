@@ -9,7 +9,8 @@ import signal
 import sys
 
 from . import __version__
-from .config import ConfigError, load_config, native_password_hash
+from .config import ConfigError, load_config
+from .protocol.auth import native_password_hash
 from .logs import setup_logging
 
 EXIT_CONFIG = 2

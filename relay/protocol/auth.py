@@ -78,6 +78,16 @@ def rsa_decrypt_password(ciphertext: bytes, scramble: bytes, private_key_pem: by
     return _xor(plain, mask).rstrip(b"\x00")
 
 
+def native_hash_of(password: bytes) -> bytes:
+    """SHA1(SHA1(password)): what mysql_native_password keeps (b"" for no password)."""
+    return hashlib.sha1(hashlib.sha1(password).digest()).digest() if password else b""
+
+
+def native_password_hash(password: str) -> str:
+    """MySQL's PASSWORD(): ``"*"`` + upper-case hex SHA1(SHA1(password)); ``""`` for no password."""
+    return "*" + native_hash_of(password.encode("utf-8")).hex().upper() if password else ""
+
+
 def sha2_hash_of(password: bytes) -> bytes:
     """SHA256(SHA256(password)): what caching_sha2_password keeps (b"" for no password)."""
     return hashlib.sha256(hashlib.sha256(password).digest()).digest() if password else b""
