@@ -28,7 +28,7 @@ import trio
 from .binlog import events as ev
 from .binlog.gtid import BinlogState, format_gtid_position
 from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
-from .binlog.stream import MIXED_HISTORIES, DumpStream, Segment
+from .binlog.stream import MIXED_HISTORIES, DumpStream, ResumePoint, Segment, StreamError
 from .binlog.names import next_file_name
 from .binlog.translate import TranslatingStream
 from .errors import FatalError, RetryableError
@@ -47,6 +47,7 @@ RECEIVE_SIZE = 1 << 20
 # (rpl_binlog_sender.cc) as USE_HEARTBEAT_EVENT_V2, which a MySQL 8.0.26+ replica asks for too.
 DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02
 DUMP_FLAG_HEARTBEAT_V2 = 0x02
+DUMP_FLAG_NON_BLOCK = 0x01  # EOF at the end of the binlog instead of waiting
 MARIADB_CAPABILITY = 4  # receive GTID events as they are, not rewritten as BEGIN (docs/protocol.md 3.1)
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 
@@ -389,14 +390,56 @@ class Upstream:
         resume = self.relay_log.resume_point()
         file = resume.file or await self._first_file(conn)
         await self._check_history(conn, resume.file, resume.position)
+        if self.relay_log.damaged:
+            await self._fetch_damaged_again({row[0] for row in await conn.rows("SHOW BINARY LOGS")})
         stream = DumpStream(resume, checksum_alg)
         conn.protocol.register_slave(self.settings.relay_server_id)
         await conn.command()
-        flags = DUMP_FLAG_SEND_ANNOTATE_ROWS if conn.protocol.greeting.is_mariadb else DUMP_FLAG_HEARTBEAT_V2  # type: ignore[union-attr]
-        conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id, flags)
+        conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id, _dump_flags(conn))
         await conn.flush()
         log.info("upstream: dumping from %s:%d", file, resume.request_position)
         return stream
+
+    async def _fetch_damaged_again(self, primary_has: set[str]) -> None:
+        """Closed stored files found cut short at start-up are fetched again from the primary that
+        wrote them, on a connection of their own, and put in place if the stored whole events are
+        a prefix of the primary's copy; otherwise they stay as they are (served up to the damage)."""
+        for name in [name for name in self.relay_log.damaged if name in primary_has]:
+            candidate = self.status.current
+            try:
+                conn = await connect(self.settings, candidate)
+                try:
+                    repaired = await self._download_file(conn, name)
+                finally:
+                    await trio.aclose_forcefully(conn.stream)
+                self.relay_log.replace_damaged(name, repaired)
+            except (*_RETRYABLE, FatalError) as exc:
+                log.warning("upstream: could not fetch %s again from %s: %s; it is served up to the damage",
+                            name, candidate, _describe(exc))
+
+    async def _download_file(self, conn: _Connection, name: str) -> Path:
+        """The primary's ``name``, whole, into a temporary file beside the stored ones."""
+        stream = DumpStream(ResumePoint(name, 4), await self._dump_variables(conn))
+        conn.protocol.binlog_dump(name, 4, self.settings.relay_server_id, _dump_flags(conn) | DUMP_FLAG_NON_BLOCK)
+        await conn.flush()
+        target = self.relay_log.data_dir / f"{name}.fetched"
+        try:
+            with open(target, "wb") as out:
+                out.write(ev.BINLOG_MAGIC)
+                while True:
+                    with trio.fail_after(2 * self.settings.heartbeat_period):
+                        data = await conn.stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        raise ConnectionError("the primary closed the connection")
+                    for segment in stream.receive(data):
+                        if segment.file != name:  # the next file begins: this one is whole
+                            return target
+                        if segment.start != out.tell():
+                            raise StreamError(f"{name}: the primary sent {segment.start}, expected {out.tell()}")
+                        out.writelines(segment.chunks)
+        except BaseException:
+            target.unlink(missing_ok=True)
+            raise
 
     async def _start_gtid_dump(self, conn: _Connection, checksum_alg: int, facts: CandidateFacts) -> TranslatingStream:
         """Follow a primary whose coordinates are not the stored ones, from the relay's GTID state
@@ -432,6 +475,19 @@ class Upstream:
         greeting = conn.protocol.greeting
         assert greeting is not None
         self.status.server_version = greeting.server_version
+        alg = await self._dump_variables(conn)
+        clock = await conn.rows("SELECT UNIX_TIMESTAMP()")
+        if clock and clock[0][0] and clock[0][0].split(".")[0].isdigit():
+            # as a replica's clock_diff_with_master: event timestamps are in the primary's time
+            self.status.clock_difference = time.time() - int(clock[0][0].split(".")[0])
+        self.status.checksum_alg = alg
+        self.status.semi_sync = self.settings.semi_sync and await self._ask_for_semi_sync(conn, greeting.is_mariadb)
+        return alg
+
+    async def _dump_variables(self, conn: _Connection) -> int:
+        """Heartbeat period, checksum and capability, as a replica sets them before its dump."""
+        greeting = conn.protocol.greeting
+        assert greeting is not None
         period_ns = int(self.settings.heartbeat_period * 1e9)
         if greeting.is_mariadb:
             await conn.query(f"SET @master_heartbeat_period= {period_ns}")
@@ -445,14 +501,7 @@ class Upstream:
             rows = await conn.rows("SELECT @source_binlog_checksum")
             await conn.query(f"SET @slave_uuid = '{self._replica_uuid}', @replica_uuid = '{self._replica_uuid}'")
         checksum = (rows[0][0] or "NONE").upper() if rows else "NONE"
-        alg = ev.CHECKSUM_CRC32 if checksum == "CRC32" else ev.CHECKSUM_OFF
-        clock = await conn.rows("SELECT UNIX_TIMESTAMP()")
-        if clock and clock[0][0] and clock[0][0].split(".")[0].isdigit():
-            # as a replica's clock_diff_with_master: event timestamps are in the primary's time
-            self.status.clock_difference = time.time() - int(clock[0][0].split(".")[0])
-        self.status.checksum_alg = alg
-        self.status.semi_sync = self.settings.semi_sync and await self._ask_for_semi_sync(conn, greeting.is_mariadb)
-        return alg
+        return ev.CHECKSUM_CRC32 if checksum == "CRC32" else ev.CHECKSUM_OFF
 
     async def _ask_for_semi_sync(self, conn: _Connection, is_mariadb: bool) -> bool:
         """Announce the relay as a semi-sync replica where the primary can run semi-sync (an
@@ -608,6 +657,12 @@ class Upstream:
                 relay_log.apply(segments)
             else:
                 relay_log.sync_if_due()
+
+
+def _dump_flags(conn: _Connection) -> int:
+    """MariaDB reads 0x02 as "send ANNOTATE_ROWS", MySQL as "heartbeat v2": the stored files hold
+    annotations, and the relay parses heartbeat v2 (docs/protocol.md 3.3)."""
+    return DUMP_FLAG_SEND_ANNOTATE_ROWS if conn.protocol.greeting.is_mariadb else DUMP_FLAG_HEARTBEAT_V2  # type: ignore[union-attr]
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)

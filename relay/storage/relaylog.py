@@ -137,6 +137,28 @@ class RelayLog:
                           "on disk?); dumps reading it end at %d with an error; the other files are served. "
                           "Restore it from the primary's or a backup's copy of %s", name, end, size, end, name)
 
+    def replace_damaged(self, name: str, fetched: Path) -> bool:
+        """Put ``fetched`` (the primary's whole copy of the damaged closed file ``name``) in its place,
+        if what was stored of it is a prefix of it; else remove it and keep the stored file."""
+        sound_end = self.damaged[name]
+        with open(fetched, "rb") as copy, open(self.path(name), "rb") as stored:
+            same = _same_prefix(copy, stored, sound_end)
+            whole = closed_file_end(copy, os.fstat(copy.fileno()).st_size) == os.fstat(copy.fileno()).st_size
+        if not (same and whole):
+            fetched.unlink()
+            log.error("stored %s: the primary's copy %s; the stored file is kept and served up to %d", name,
+                      "does not begin with the stored events (another history?)" if not same else "is not whole",
+                      sound_end)
+            return False
+        with open(fetched, "rb+") as copy:
+            os.fsync(copy.fileno())
+        os.replace(fetched, self.path(name))
+        fsync_dir(self.data_dir)
+        del self.damaged[name]
+        log.warning("stored %s repaired: fetched again from the primary (%d bytes; it was damaged at %d)", name,
+                    self.path(name).stat().st_size, sound_end)
+        return True
+
     def _scan_tail(self, name: str, size: int) -> tuple[int, int]:
         """The last sound group end at or after the checkpoint, and the start of the event
         ending there.  A torn or corrupt event ends the scan."""
@@ -466,6 +488,18 @@ def _ends_with_rotate_or_stop(stream: BinaryIO, size: int, checksum_alg: int) ->
         if header.event_length == length and _event_is_sound(size - length, memoryview(event), checksum_alg):
             return True
     return False
+
+
+def _same_prefix(left: BinaryIO, right: BinaryIO, length: int) -> bool:
+    left.seek(0)
+    right.seek(0)
+    while length > 0:
+        size = min(length, 1 << 20)
+        block = left.read(size)
+        if len(block) < size or block != right.read(size):
+            return False
+        length -= size
+    return True
 
 
 _MAX_NAME_LEN = 512  # FN_REFLEN, the longest file name a server writes into a ROTATE

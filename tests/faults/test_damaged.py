@@ -22,6 +22,7 @@ from tests.support.replication import HEADER, HEADER_LEN, RawClient, binlog_even
 
 WRITE_ROWS = (23, 30)  # WRITE_ROWS_EVENT v1 (as MariaDB writes them) and v2
 CUT_BYTES = 7
+WITH_ANNOTATIONS = 0x03  # non-blocking, and send ANNOTATE_ROWS: the events are then the stored bytes
 
 
 def _event_offsets(path) -> list[tuple[int, int, int]]:
@@ -33,13 +34,14 @@ def _event_offsets(path) -> list[tuple[int, int, int]]:
     return offsets
 
 
-def _raw_dump(port: int, file: str) -> tuple[list[bytes], object]:
-    """Events of a non-blocking dump from file:4 up to its end: (events, the ERR as a ServerError, or None)."""
+def _raw_dump(port: int, file: str, flags: int = 0x01) -> tuple[list[bytes], object]:
+    """Events of a non-blocking dump from file:4 up to its end: (events, the ERR as a ServerError, or None).
+    Add flag 0x02 for the ANNOTATE_ROWS events (then the events are the stored bytes)."""
     events: list[bytes] = []
     with RawClient(port) as client:
         client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
         client.query("SET @mariadb_slave_capability = 4")
-        client.start_dump(file, 4, server_id=960, flags=0x01)
+        client.start_dump(file, 4, server_id=960, flags=flags)
         while True:
             for packet in client.next_dump_packets():
                 if is_err(packet):
@@ -115,27 +117,67 @@ def test_flipped_byte_is_never_served(mariadb_factory, fault_relay):
     assert relay.alive()
 
 
-def test_truncated_closed_file_is_reported_and_never_served(mariadb_factory, fault_relay):
-    """The last CUT_BYTES of a closed file gone (its ROTATE cut short). Expected: the relay keeps serving,
-    says which file is damaged and where, and either repairs the file from the primary or ends a dump of it
-    with ERR 1236 naming the file and the position."""
-    primary, relay = _stored_history(mariadb_factory, fault_relay)
+def _first_file_events(events: list[bytes]) -> list[bytes]:
+    """The events of the dump's first file: after its artificial ROTATE (log_pos 0), up to the next
+    artificial event, which begins the next file."""
+    real = []
+    for event in events:
+        artificial = HEADER.unpack_from(event)[4] == 0
+        if artificial and real:
+            break
+        if not artificial:
+            real.append(event)
+    return real
+
+
+def _cut_closed_file(relay) -> tuple[str, tuple[int, ...]]:
+    """The last CUT_BYTES of the fourth stored file gone (its ROTATE cut short): (name, the positions a
+    report may name: the torn event's start, the old and the new size)."""
     cut_name = relay.stored_files()[3]
     cut_path = relay.data_dir / cut_name
     cut_size = cut_path.stat().st_size
     last_start = _event_offsets(cut_path)[-1][0]
     os.truncate(cut_path, cut_size - CUT_BYTES)
-    cut_positions = (last_start, cut_size, cut_size - CUT_BYTES)
+    return cut_name, (last_start, cut_size, cut_size - CUT_BYTES)
+
+
+def test_truncated_closed_file_is_fetched_again_from_the_primary(mariadb_factory, fault_relay):
+    """Found at start-up, reported with file and position, then fetched again from the primary (which
+    still has it): afterwards the stored file is the primary's, and a dump of it is whole."""
+    primary, relay = _stored_history(mariadb_factory, fault_relay)
+    cut_name, cut_positions = _cut_closed_file(relay)
+    _restart(relay)
+    wait_for(lambda: not relay.alive() or f"stored {cut_name} repaired" in relay.log_text(), 30,
+             f"the relay never repaired {cut_name}")
+    assert relay.alive(), relay.log_text()[-3000:]
+    assert _names_position(relay.log_text(), cut_name, cut_positions), relay.log_text()[-3000:]
+    original = primary.binlog_path(cut_name).read_bytes()
+    assert (relay.data_dir / cut_name).read_bytes() == original
+    events, err = _raw_dump(relay.port, cut_name, flags=WITH_ANNOTATIONS)
+    assert err is None, err
+    assert b"".join(_first_file_events(events)) == original[4:], "the dump of the repaired file is not the primary's"
+    from_primary, _ = _raw_dump(primary.port, cut_name, flags=WITH_ANNOTATIONS)
+    assert _first_file_events(events) == _first_file_events(from_primary)
+    assert not list(relay.data_dir.glob("*.fetched")), "a temporary download was left in data_dir"
+    wait_for_mirror(primary, relay)
+
+
+def test_truncated_closed_file_the_primary_purged_is_served_up_to_the_damage(mariadb_factory, fault_relay):
+    """The primary no longer has the file: the relay keeps serving, says which file is damaged and where,
+    and a dump of it ends with ERR 1236 naming the file and the position; none of the torn bytes is sent."""
+    primary, relay = _stored_history(mariadb_factory, fault_relay)
+    cut_name, cut_positions = _cut_closed_file(relay)
+    newest = primary.binlog_files()[-1][0]
+    primary.sql(f"PURGE BINARY LOGS TO '{newest}'")
+    assert cut_name not in [name for name, _ in primary.binlog_files()]
     _restart(relay)
     wait_for(lambda: not relay.alive() or cut_name in relay.log_text(), 30,
              f"the relay never mentioned {cut_name}")
     assert relay.alive(), relay.log_text()[-3000:]
     assert _names_position(relay.log_text(), cut_name, cut_positions), relay.log_text()[-3000:]
-    events, err = _raw_dump(relay.port, cut_name)
-    if err is None:  # repaired from the primary: its bytes
-        original = primary.binlog_path(cut_name).read_bytes()
-        assert cut_path.read_bytes() == original, (
-            f"the dump of {cut_name}, cut short on disk, ended without an error and the file was not repaired")
-    else:
-        assert err.code == 1236, err
-        assert _names_position(err.message, cut_name, cut_positions), err.message
+    events, err = _raw_dump(relay.port, cut_name, flags=WITH_ANNOTATIONS)
+    assert err is not None and err.code == 1236, err
+    assert _names_position(err.message, cut_name, cut_positions), err.message
+    kept = (relay.data_dir / cut_name).read_bytes()
+    assert b"".join(_first_file_events(events)) == kept[4:cut_positions[0]], "not the whole events before the damage"
+    assert relay.alive()
