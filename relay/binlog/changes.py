@@ -32,7 +32,7 @@ of its first event, the commit event's timestamp and its place (``seq``) in the 
   a 1 GB blob.
 
 Values in ``before``/``after`` are Python values as relay.binlog.rows decodes them;
-``row_json`` turns one into JSON text with the export's normalisation (see there).
+the export turns them into JSON text with its normalisation (relay.pipeline.jsonform).
 Statement-based DML inside a transaction (binlog_format=STATEMENT/MIXED) cannot become
 rows: such a query becomes one row with op ``"statement"`` and the text in ``query``.
 MySQL compressed transactions (TRANSACTION_PAYLOAD events, zstd) are decompressed in
@@ -43,13 +43,9 @@ logged (a later ``XA ROLLBACK`` of a prepared transaction is not applied).
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
-import json
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from decimal import Decimal
 from fnmatch import fnmatchcase
 from itertools import chain, count, repeat
 from typing import Any, NamedTuple
@@ -57,6 +53,7 @@ from typing import Any, NamedTuple
 import zstandard
 
 from . import coltypes as ct
+from ..errors import InputError
 from . import events as ev
 from .mysqlgtid import gtid_of_event
 from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
@@ -64,16 +61,15 @@ from .rows import _all_rows, _rows_header  # parse_rows_event without building a
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter",
-    "row_json", "value_json", "DEFAULT_SEGMENT_BYTES",
+    "DEFAULT_SEGMENT_BYTES",
 ]
 
 DEFAULT_SEGMENT_BYTES = 4 << 20
 _MARIADB_GTID = struct.Struct("<QIB").unpack_from  # seq_no, domain_id, flags2
 _U32 = struct.Struct("<I").unpack_from
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
-class ChangeDecodeError(ValueError):
+class ChangeDecodeError(InputError):
     """A group could not be turned into change rows; the message names file and offset."""
 
 
@@ -91,7 +87,7 @@ class Change(NamedTuple):
     after: dict[str, Any] | None
     query: str | None  # ANNOTATE_ROWS / ROWS_QUERY text, or the statement
     txn_pos: int  # offset of the group's first event (GTID or BEGIN) in file
-    table_map: TableMap | None = None  # the columns' types, for row_json
+    table_map: TableMap | None = None  # the columns' types, for the JSON form (relay.pipeline.jsonform)
 
 
 # --------------------------------------------------------------------------- filters
@@ -661,10 +657,10 @@ def transaction_payload_events(body: bytes | memoryview, where: str) -> list[byt
     pos = 0
     try:
         while True:
-            ftype, pos = ct._lenenc_at(body, pos)
+            ftype, pos = ct.lenenc_at(body, pos)
             if ftype == _PAYLOAD_END:
                 break
-            length, pos = ct._lenenc_at(body, pos)
+            length, pos = ct.lenenc_at(body, pos)
             fields[ftype] = int.from_bytes(body[pos:pos + length], "little")
             pos += length
     except (IndexError, ValueError) as exc:
@@ -702,148 +698,3 @@ def transaction_payload_events(body: bytes | memoryview, where: str) -> list[byt
         events.append(data[pos:pos + length])
         pos += length
     return events
-
-
-# --------------------------------------------------------------------------- JSON
-
-
-def value_json(v: Any) -> Any:
-    """A Python value of the row decoder as a JSON-ready value, when no column type is known
-    (MySQL JSON documents, and the fallback of row_json)."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return v
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(v)).decode("ascii")
-    if isinstance(v, Decimal):
-        return format(v, "f")
-    if isinstance(v, _dt.datetime):
-        return _datetime_text(v, 6 if v.microsecond else 0)
-    if isinstance(v, _dt.date):
-        return v.isoformat()
-    if isinstance(v, _dt.timedelta):
-        return _time_text(v, 6 if v.microseconds else 0)
-    if isinstance(v, (set, frozenset)):
-        return ",".join(sorted(v))
-    if isinstance(v, ct.JsonPartialUpdate):
-        # the before value was not logged: the change itself, marked as such
-        return {"$json_diffs": [{"op": d.operation, "path": d.path, **({} if d.operation == "REMOVE" else
-                                                                        {"value": value_json(d.value)})}
-                                for d in v.diffs]}
-    if isinstance(v, dict):
-        return {str(k): value_json(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [value_json(x) for x in v]
-    return str(v)
-
-
-def _datetime_text(v: _dt.datetime, fsp: int) -> str:
-    if v.tzinfo is not None:
-        v = v.astimezone(_dt.timezone.utc)
-    text = (f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
-            f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}")
-    return text + "." + f"{v.microsecond:06d}"[:fsp] if fsp else text
-
-
-def _time_text(v: _dt.timedelta, fsp: int) -> str:
-    us = v // _dt.timedelta(microseconds=1)
-    sign = "-" if us < 0 else ""
-    secs, us = divmod(abs(us), 1_000_000)
-    text = f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
-    return text + "." + f"{us:06d}"[:fsp] if fsp else text
-
-
-def _float32(v: float) -> float:
-    """The shortest decimal that reads back as the same float32 (as the server prints it)."""
-    packed = struct.pack("<f", v)
-    for digits in range(1, 10):
-        short = float(f"{v:.{digits}g}")
-        try:
-            if struct.pack("<f", short) == packed:
-                return short
-        except OverflowError:  # rounded up past FLT_MAX
-            continue
-    return v
-
-
-def _converter(tm: TableMap, i: int) -> Callable[[Any], Any] | None:
-    t, meta = tm.column_types[i], tm.column_meta[i]
-    if t in (ct.DATETIME2, ct.TIMESTAMP2, ct.DATETIME, ct.TIMESTAMP):
-        fsp = meta if t in (ct.DATETIME2, ct.TIMESTAMP2) else 0
-        return lambda v: v if isinstance(v, str) else _datetime_text(v, fsp)
-    if t in (ct.TIME2, ct.TIME):
-        fsp = meta if t == ct.TIME2 else 0
-        return lambda v: v if isinstance(v, str) else _time_text(v, fsp)
-    if t in (ct.DATE, ct.NEWDATE):
-        return lambda v: v if isinstance(v, str) else v.isoformat()
-    if t in (ct.NEWDECIMAL, ct.DECIMAL):
-        return lambda v: format(v, "f")
-    if t == ct.FLOAT:
-        return _float32
-    if t == ct.VECTOR:
-        return lambda v: [_float32(x) for x in v]
-    is_set = t == ct.SET or (t == ct.STRING and isinstance(meta, tuple) and meta[0] == ct.SET)
-    if is_set and tm.set_values is not None and tm.set_values[i] is not None:
-        order = {name: k for k, name in enumerate(tm.set_values[i])}  # type: ignore[index]
-        return lambda v: v if isinstance(v, int) else ",".join(sorted(v, key=order.__getitem__))
-    return None
-
-
-_CONVERTERS: dict[int, tuple[TableMap, dict[str, Callable[[Any], Any]]]] = {}
-_SIMPLE = (int, str, float, type(None))
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False,
-                           default=value_json).encode
-
-
-def _converters(tm: TableMap) -> dict[str, Callable[[Any], Any]]:
-    hit = _CONVERTERS.get(id(tm))
-    if hit is not None and hit[0] is tm:
-        return hit[1]
-    conv = {}
-    for i, name in enumerate(tm.column_names):
-        c = _converter(tm, i)
-        if c is not None:
-            conv[name] = c
-    if len(_CONVERTERS) > 4096:
-        _CONVERTERS.clear()
-    _CONVERTERS[id(tm)] = (tm, conv)
-    return conv
-
-
-def row_json(row: dict[str, Any] | None, tm: TableMap | None = None) -> str | None:
-    """One row image as JSON text, in column order, with the export's normalisation:
-
-    integers, BIT, YEAR and DOUBLE as JSON numbers; FLOAT as the shortest number that reads
-    back as the same float32; DECIMAL as a string with exactly its scale's digits
-    ("-0.50"); DATE "YYYY-MM-DD"; DATETIME and TIMESTAMP "YYYY-MM-DD HH:MM:SS[.ffffff]"
-    with as many fraction digits as the column's precision, TIMESTAMP in UTC; TIME
-    "[-]HH:MM:SS[.ffffff]" (hours may exceed 24); zero or partial dates as the server
-    writes them ("0000-00-00"); text as strings; binary strings, BLOBs and GEOMETRY
-    (SRID + WKB) as base64 strings; ENUM as its member's name; SET as the comma-separated
-    member names in definition order, as the server shows them (without
-    binlog_row_metadata=FULL: ENUM index and SET bit mask as numbers, and columns named
-    col_0, col_1...); MariaDB JSON columns as their text (a string), MySQL JSON as the JSON
-    value itself (a partial update whose before value the event lacks, binlog_row_image=MINIMAL,
-    as {"$json_diffs": [{"op", "path", "value"}...]}); MySQL VECTOR as an array of numbers,
-    each the shortest that reads back as the same float32. NULL is null; a column missing from the row image
-    (binlog_row_image=MINIMAL/NOBLOB) is absent.
-    """
-    if row is None:
-        return None
-    if tm is None:
-        return _encode(row)
-    conv = _converters(tm)
-    out = {}
-    for k, v in row.items():
-        if v is None:
-            out[k] = None
-            continue
-        c = conv.get(k)
-        if c is not None:
-            out[k] = c(v)
-        elif type(v) is bytes:
-            out[k] = base64.b64encode(v).decode("ascii")
-        else:
-            out[k] = v
-    return _encode(out)

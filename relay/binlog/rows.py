@@ -12,7 +12,7 @@ images are compressed: the post-header, extra data, column count and column bitm
 stay plain (Rows_log_event ctor + uncompress_buf, verified against MariaDB 10.11).
 A row is a dict {column name: value}; columns absent from the event's
 columns-present bitmap (binlog_row_image=MINIMAL/NOBLOB) are missing from it.
-Value types are documented in relay.binlog.coltypes.
+Value types are documented in relay.binlog.coltypes (per type family, in its modules).
 
 Errors in the bytes raise RowDecodeError naming database.table, column, type and
 byte offset; never IndexError/struct.error.
@@ -27,14 +27,15 @@ from functools import lru_cache
 from typing import Any, Callable, Iterator, Literal, NamedTuple
 
 from relay.binlog import coltypes as ct
+from relay.errors import InputError
 from relay.binlog.coltypes import Decoder
+from relay.binlog.coltypes.readers import Body, Row, Run, compile_body, compile_run
 
 __all__ = [
     "RowDecodeError", "TableMap", "RowsEvent", "parse_table_map", "parse_rows_event",
     "iter_rows", "uncompress_rows", "ROWS_EVENT_TYPES",
 ]
 
-Row = dict[str, Any]
 Flavor = Literal["mariadb", "mysql"]
 
 TABLE_MAP_EVENT = 19
@@ -67,7 +68,7 @@ COLUMN_VISIBILITY = 12
 VECTOR_DIMENSIONALITY = 13  # MySQL 9.0+: one lenenc per VECTOR column
 
 
-class RowDecodeError(ValueError):
+class RowDecodeError(InputError):
     """Malformed or unsupported row data; the message says where."""
 
     def __init__(self, message: str, *, database: str | None = None,
@@ -225,23 +226,6 @@ def _name(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def _is_enum_or_set(t: int, meta: Any) -> bool:
-    return t in (ct.ENUM, ct.SET) or (t == ct.STRING and meta[0] in (ct.ENUM, ct.SET))
-
-
-def _is_character(t: int, meta: Any, flavor: Flavor) -> bool:
-    if t == ct.STRING:
-        return meta[0] not in (ct.ENUM, ct.SET)
-    if t in (ct.VARCHAR, ct.VAR_STRING) or t in ct.BLOB_TYPES:
-        return True
-    # MariaDB 10.11 lists GEOMETRY columns (binary charset) among character columns; MySQL 9
-    # lists VECTOR columns (binary charset) there (vector.binlog: its TEXT column is the
-    # exception after a VECTOR, at index 1).
-    if flavor == "mariadb":
-        return t == ct.GEOMETRY
-    return t == ct.VECTOR
-
-
 def _msb_bits(raw: bytes, count: int) -> list[bool]:
     # Metadata bitmaps are most-significant-bit first (unlike row bitmaps).
     if len(raw) * 8 < count:
@@ -323,13 +307,12 @@ def _build_table_map(table_id: int, flags: int, database: str, table: str,
     ncols = len(types)
     where = {"database": database, "table": table}
     try:
-        numeric = ct.NUMERIC_TYPES_MARIADB if flavor == "mariadb" else ct.NUMERIC_TYPES_MYSQL
-        is_num = [t in numeric for t in types]
-        is_char = [_is_character(t, m, flavor) for t, m in zip(types, meta)]
-        is_es = [_is_enum_or_set(t, m) for t, m in zip(types, meta)]
-        is_enum = [e and (t == ct.ENUM or (t == ct.STRING and m[0] == ct.ENUM))
-                   for e, t, m in zip(is_es, types, meta)]
-        is_set = [e and not en for e, en in zip(is_es, is_enum)]
+        is_num = [ct.has_sign_bit(t, flavor) for t in types]
+        is_char = [ct.is_character(t, m, flavor) for t, m in zip(types, meta)]
+        kinds = [ct.member_kind(t, m) for t, m in zip(types, meta)]
+        is_es = [kind is not None for kind in kinds]
+        is_enum = [kind == ct.ENUM for kind in kinds]
+        is_set = [kind == ct.SET for kind in kinds]
 
         unsigned = None
         if SIGNEDNESS in fields:
@@ -433,7 +416,7 @@ class _Image:
     """How to read one row image for a given columns-present bitmap.
 
     read(buf, pos) -> (row dict, next pos). It reads the null bitmap, then hands the rest
-    of the row to a reader generated for that pattern of NULLs (see _compile_body): a bulk
+    of the row to a reader generated for that pattern of NULLs (see compile_body): a bulk
     statement's rows mostly share one pattern, and knowing which columns are NULL lets one
     Struct.unpack_from read the fixed-width heads of all adjacent columns with no test per
     column. Past _MAX_VARIANTS patterns (a table with many nullable columns), the further
@@ -449,19 +432,19 @@ class _Image:
         self.indexes = indexes
         self.null_bytes = (len(indexes) + 7) // 8
         self._tm = tm
-        self._variants: dict[int, _Body] = {}
-        self.runs: dict[int, _Run] = {}  # nulls -> run reader, filled by run()
+        self._variants: dict[int, Body] = {}
+        self.runs: dict[int, Run] = {}  # nulls -> run reader, filled by run()
         self._generic: dict[Callable[..., Any], Any] = {}  # compile function -> reader for any NULLs
         self.read = _dispatcher(self)
 
-    def variant(self, nulls: int) -> "_Body":
+    def variant(self, nulls: int) -> Body:
         """The reader of the columns after the null bitmap, for this pattern of NULLs."""
-        return self._reader(self._variants, nulls, _compile_body)
+        return self._reader(self._variants, nulls, compile_body)
 
-    def run(self, nulls: int) -> "_Run":
+    def run(self, nulls: int) -> Run:
         """The reader of consecutive rows (null bitmap included) with this pattern of NULLs."""
         assert self.null_bytes == 1
-        return self._reader(self.runs, nulls, _compile_run)
+        return self._reader(self.runs, nulls, compile_run)
 
     def _reader(self, cache: dict[int, Any], nulls: int, compile_reader: Callable[..., Any]) -> Any:
         """The cached reader for nulls; past _MAX_VARIANTS patterns, one that tests each NULL bit."""
@@ -477,10 +460,6 @@ class _Image:
         return reader
 
 
-# (buf, pos after the null bitmap, null bits) -> (row dict, next pos)
-_Body = Callable[[bytes, int, int], tuple[Row, int]]
-# (buf, pos of a null bitmap, end of the rows, list.append) -> pos of the first row not read
-_Run = Callable[[bytes, int, int, Callable[[Row], None]], int]
 _MAX_VARIANTS = 8
 
 
@@ -521,143 +500,8 @@ def _dispatcher(img: _Image) -> Callable[[bytes, int], tuple[Row, int]]:
     return read
 
 
-def _compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Body:
-    """Generate the reader of one row image after its null bitmap: (buf, pos, nulls) ->
-    (row dict, next pos).
-
-    nulls: the pattern of NULLs the reader is for (its NULL columns read nothing and the
-    others one straight line each), or None for a reader that tests every column's bit.
-    Columns with a coltypes.inline_plan cost no call: their fixed-width heads (numbers,
-    temporal values, decimal digit groups, length prefixes) are read by one
-    Struct.unpack_from per run of adjacent columns. Column names, decoders and other
-    objects enter the generated code as globals of its namespace, never as source text.
-    """
-    body, row, checks_end, env = _row_code(tm, idx, nulls)
-    lines = [
-        "def read(buf, pos, nulls):",
-        *_indent(body, 4),
-        *(["    if pos > len(buf):", "        _short_row(pos, buf)"] if checks_end else []),
-        f"    return {row}, pos",
-    ]
-    return _compile(tm, lines, env, "read")
-
-
-def _compile_run(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> _Run:
-    """Generate the bulk reader of an image with one null bitmap byte: (buf, pos, stop,
-    append) -> pos. It appends the rows from pos on while they have the pattern nulls
-    (None: any pattern, each column's bit tested) and returns where it stopped. The loop
-    in the generated code saves a call and a (row, pos) tuple per row, and one bounds
-    check at the end covers every row: a row read past the end of buf ends the loop."""
-    body, row, checks_end, env = _row_code(tm, idx, nulls)
-    # bits past the present columns are not NULL flags (no mask needed for 8 columns)
-    bits = f"buf[pos] & {(1 << len(idx)) - 1}" if len(idx) < 8 else "buf[pos]"
-    head = (["    while pos < stop:", f"        nulls = {bits}"] if nulls is None
-            else [f"    while pos < stop and ({bits}) == {nulls}:"])
-    lines = [
-        "def run(buf, pos, stop, append):",
-        *head,
-        "        pos += 1",
-        *_indent(body, 8),
-        f"        append({row})",
-        *(["    if pos > len(buf):", "        _short_row(pos, buf)"] if checks_end else []),
-        "    return pos",
-    ]
-    return _compile(tm, lines, env, "run")
-
-
-def _row_code(tm: TableMap, idx: tuple[int, ...], nulls: int | None
-              ) -> tuple[list[str], str, bool, dict[str, Any]]:
-    """The lines reading one row image after its null bitmap (buf, pos and, for nulls None,
-    the bits in nulls), the row dict's expression, whether pos may pass the end of buf
-    unnoticed (a length-prefixed part or a decoder call), and the globals they use."""
-    unsigned = tm.unsigned or (False,) * tm.column_count
-    charsets = tm.column_charsets or (None,) * tm.column_count
-    env: dict[str, Any] = dict(ct.INLINE_GLOBALS, _short_row=_short_row)
-    plans = []
-    for k, i in enumerate(idx):
-        plan = ct.inline_plan(tm.column_types[i], tm.column_meta[i], unsigned=unsigned[i],
-                              charset=charsets[i])
-        plans.append(plan)
-        env[f"n{k}"] = tm.column_names[i]
-        env[f"d{k}"] = tm.decoders[i]
-        for key, value in (plan.consts.items() if plan else ()):
-            env[f"c{k}_{key}"] = value
-    structs: list[Callable] = []
-    body: list[str] = []
-    if nulls is None:
-        for k, plan in enumerate(plans):
-            body += [f"if nulls >> {k} & 1:", f"    v{k} = None", "else:",
-                     *_indent(_column_lines([(k, plan)], structs), 4)]
-    else:
-        body = _column_lines([(k, p) for k, p in enumerate(plans) if not nulls >> k & 1], structs)
-    values = [f"v{k}" if nulls is None or not nulls >> k & 1 else "None" for k in range(len(idx))]
-    for j, unpack in enumerate(structs):
-        env[f"s{j}"] = unpack
-    row = f"{{{', '.join(f'n{k}: {v}' for k, v in enumerate(values))}}}"
-    return body, row, any(p is None or p.reads_on for p in plans), env
-
-
-def _compile(tm: TableMap, lines: list[str], env: dict[str, Any], name: str) -> Any:
-    exec(compile("\n".join(lines), f"<row reader {tm.database}.{tm.table}>", "exec"), env)
-    return env[name]
-
-
-def _column_lines(columns: list[tuple[int, ct.Inline | None]], structs: list[Callable]) -> list[str]:
-    """Lines reading these columns in order into v<k>; the fixed-width heads of adjacent
-    planned columns share one unpack (a struct has one byte order for all its codes,
-    so a run ends where the order changes), columns without a plan call their decoder."""
-    lines: list[str] = []
-    run: list[tuple[int, ct.Inline]] = []
-    order = ""
-
-    def flush() -> None:
-        if not run:
-            return
-        temps = [[f"t{k}_{j}" for j in range(len(p.codes))] for k, p in run]
-        for (k, p), names in zip(run, temps):
-            if p.render is ct.inline_same:
-                names[0] = f"v{k}"  # a plain number: unpack straight into the value
-        codes = "".join(p.codes for _, p in run)
-        if codes == "B":  # a lone unsigned byte (a short length prefix): indexing beats a call
-            lines.append(f"{temps[0][0]} = buf[pos]")
-            lines.append("pos += 1")
-        else:
-            st = struct.Struct((order or "<") + codes)
-            lines.append(f"{''.join(f'{t}, ' for names in temps for t in names)}= s{len(structs)}(buf, pos)")
-            lines.append(f"pos += {st.size}")
-            structs.append(st.unpack_from)
-        for (k, p), names in zip(run, temps):
-            if p.render is not ct.inline_same:
-                lines.extend(p.render(f"v{k}", names, f"c{k}_"))
-        run.clear()
-
-    for k, plan in columns:
-        if plan is None:
-            flush()
-            lines.append(f"v{k}, pos = d{k}(buf, pos)")
-            continue
-        if plan.endian and order and plan.endian != order:
-            flush()
-        if not run:
-            order = ""
-        run.append((k, plan))
-        order = order or plan.endian
-        if plan.reads_on:
-            flush()  # the variable part starts where this run's heads end
-    flush()
-    return lines
-
-
-def _indent(lines: list[str], width: int) -> list[str]:
-    return [" " * width + line for line in lines]
-
-
 def _short(end: int, buf: bytes) -> None:
     raise ct.Truncated(f"null bitmap needs bytes up to offset {end}, data ends at {len(buf)}")
-
-
-def _short_row(end: int, buf: bytes) -> None:
-    raise ct.Truncated(f"row needs bytes up to offset {end}, data ends at {len(buf)}")
 
 
 def uncompress_rows(data: bytes) -> bytes:
@@ -857,7 +701,7 @@ def _partial_rows(h: _RowsHeader, tm: TableMap) -> tuple[Any, ...]:
         row_start = pos
         try:
             before, pos = _slow_image(tm, h.before.indexes, buf, pos, frozenset(), None)
-            options, pos = ct._lenenc_at(buf, pos)
+            options, pos = ct.lenenc_at(buf, pos)
             partial: frozenset[int] = frozenset()
             if options & 1:
                 nbytes = (len(json_columns) + 7) // 8

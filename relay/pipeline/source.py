@@ -138,7 +138,8 @@ def read_partition(part: BinlogPartition) -> Iterator[Any]:
     """The change rows of one partition as Arrow record batches (the executor side)."""
     import pyarrow as pa
 
-    from ..binlog.changes import GtidRange, row_json
+    from ..binlog.changes import GtidRange
+    from .jsonform import row_json
     from .read import iter_changes
 
     schema = _arrow_schema()

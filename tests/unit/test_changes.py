@@ -6,14 +6,12 @@ filters), plus the partition planner's group-aligned splits (relay.pipeline.plan
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import hashlib
 import io
 import json
 import shutil
 import struct
 import zlib
-from decimal import Decimal
 from functools import partial
 from itertools import accumulate
 from pathlib import Path
@@ -28,10 +26,9 @@ from relay.binlog.changes import (
     GtidRange,
     TableFilter,
     _classify,
-    row_json,
-    value_json,
 )
 from relay.binlog.rows import ROWS_EVENT_TYPES
+from relay.pipeline.jsonform import row_json
 from relay.pipeline.read import iter_changes
 from relay.pipeline import plan as pl
 from relay.storage.scan import iter_events
@@ -381,21 +378,6 @@ def test_range_reads_need_only_the_fde() -> None:
     middle = [c for c in whole if c.op != "ddl"][20].txn_pos
     tail = list(iter_changes(data, middle, file="full.binlog"))
     assert [c[:13] for c in tail] == [c[:13] for c in whole if c.txn_pos >= middle]
-
-
-# --------------------------------------------------------------------------- JSON normalisation
-
-
-def test_value_normalisation() -> None:
-    assert value_json(Decimal("-0.50")) == "-0.50"
-    assert value_json(b"\x00\xff") == "AP8="
-    assert value_json(dt.date(2024, 2, 29)) == "2024-02-29"
-    assert value_json(dt.timedelta(hours=-1, seconds=1)) == "-00:59:59"
-    assert value_json({"a": [Decimal("1.5"), dt.datetime(2024, 1, 2, 3, 4, 5, 600000)]}) == {
-        "a": ["1.5", "2024-01-02 03:04:05.600000"]}
-    assert json.loads(row_json({"a": b"\x01", "b": None, "c": 3})) == {"a": "AQ==", "b": None, "c": 3}
-    ints = [c for c in iter_changes(FIXTURES / "full.binlog") if c.table == "ints"][3]
-    assert json.loads(row_json(ints.after, ints.table_map))["f"] == 0.1  # float32 0.1, shortest
 
 
 # --------------------------------------------------------------------------- planning

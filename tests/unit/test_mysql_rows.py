@@ -21,8 +21,8 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 
 from relay.binlog import coltypes as ct
 from relay.binlog import events as ev
-from relay.binlog.changes import row_json
 from relay.binlog.rows import parse_table_map
+from relay.pipeline.jsonform import row_json
 from relay.pipeline.read import iter_changes
 from tests.support.binlogs import file_events
 
