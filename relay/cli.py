@@ -72,7 +72,7 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .sandbox.demo import run_demo
 
     return run_demo(seconds=args.seconds)
 

@@ -19,8 +19,8 @@
 #   starting), otherwise the script says what to install and exits 1.
 #   The project: pip install -e . when it or its compiled loops do not import;
 #   py-spy (pip) when --profile py-spy is asked for.
-# The primary is started by the project's own launcher (relay/localdb.py) and filled by sysbench
-# (bench/common.py Sandbox.fill). Env: PYTHON (default python3).
+# The primary is started by the project's own launcher (relay/sandbox/mariadb.py) and filled by
+# sysbench (bench/common.py fill_sysbench). Env: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

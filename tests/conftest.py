@@ -16,12 +16,14 @@ REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
+from relay.sandbox.mariadb import (  # noqa: E402 - needs the sys.path line above
+    kill_all_servers,
+    set_template_parent,
+)
 from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line above
     MariaDB,
     MariaDBFactory,
     dir_name_for,
-    kill_all_servers,
-    set_template_parent,
 )
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()

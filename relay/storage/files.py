@@ -1,5 +1,5 @@
-"""Stored files: what a stored binlog file is to retention, and small durable-file helpers
-(atomic replace, directory fsync, the data_dir lock)."""
+"""Stored files: what a stored binlog file is to retention, where a stored copy first differs from
+its original, and small durable-file helpers (atomic replace, directory fsync, the data_dir lock)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..binlog.events import BINLOG_MAGIC, FLAGS_OFFSET, LOG_EVENT_BINLOG_IN_USE_F
 from ..errors import FatalError
+
+IN_USE_FLAG_OFFSET = len(BINLOG_MAGIC) + FLAGS_OFFSET  # the first event (the FDE) starts at 4
+_COMPARE_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -15,6 +20,31 @@ class StoredFile:
     name: str
     size: int
     modified: float  # when the last byte was written: the file's end of life on the primary
+
+
+def first_difference(original: Path, copy: Path, active: bool) -> int | None:
+    """The first offset where the files differ (None if they do not), reading in large blocks.
+    With ``active``, the FDE's BINLOG_IN_USE flag is not compared: the primary clears it when it
+    closes the file, so a copy of an open file differs there (docs/architecture.md, decision 1)."""
+    with open(original, "rb") as left, open(copy, "rb") as right:
+        offset = 0
+        while True:
+            a, b = left.read(_COMPARE_BLOCK), right.read(_COMPARE_BLOCK)
+            if active and offset == 0:
+                a, b = _without_in_use_flag(a), _without_in_use_flag(b)
+            if a != b:
+                return offset + next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            if not a:
+                return None
+            offset += len(a)
+
+
+def _without_in_use_flag(block: bytes) -> bytes:
+    if len(block) <= IN_USE_FLAG_OFFSET:
+        return block
+    raw = bytearray(block)
+    raw[IN_USE_FLAG_OFFSET] &= ~LOG_EVENT_BINLOG_IN_USE_F & 0xFF
+    return bytes(raw)
 
 
 class DataDirError(FatalError):

@@ -33,8 +33,7 @@ from pathlib import Path
 
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
-from .compare import first_difference
-from .files import DataDirError, DataDirLock, fsync_dir
+from .files import DataDirError, DataDirLock, first_difference, fsync_dir
 from .index import read_index, valid_binlog_name, write_index
 from .scan import iter_events
 from .state import Checkpoint, read_state, write_state

@@ -12,10 +12,17 @@ import subprocess
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from relay.localdb import free_port
-from tests.deploy.test_helm import CHART, Rendered, helm, helm_template, values_file  # noqa: F401 - helm: a fixture
-from tests.support.metrics import Scrape, promtool_path, start_relay
-from tests.support.mariadb import wait_for
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import start_relay
+from tests.deploy.test_helm import (  # noqa: F401 - helm: a fixture
+    CHART,
+    Rendered,
+    helm,
+    helm_template,
+    values_file,
+)
+from tests.support.metrics import Scrape, promtool_path
 
 # Grafana's own variables, replaced by what Grafana would put there before PromQL sees them.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import RelayProcess
 from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts
-from tests.support.mariadb import free_port
-from tests.support.relay import RelayProcess
 from tests.support.replication import relay_factory  # noqa: F401 - a fixture the fault tests use
 
 SCALE = os.environ.get("FAULTS_SCALE", "short")

@@ -15,10 +15,13 @@ import subprocess
 
 
 from relay.protocol.packets import is_eof, is_err, parse_err
+from relay.sandbox.binlogfiles import HEADER, HEADER_LEN, binlog_events
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import wait_binlog_settled
 from tests.support.faults import SequenceLoad
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, find_program, wait_for
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import HEADER, HEADER_LEN, RawClient, binlog_events, wait_binlog_settled
+from tests.support.replication import RawClient
 
 WRITE_ROWS = (23, 30)  # WRITE_ROWS_EVENT v1 (as MariaDB writes them) and v2
 CUT_BYTES = 7

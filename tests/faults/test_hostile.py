@@ -32,10 +32,11 @@ import trio
 
 from relay.protocol.client import NEED_DATA, ClientConnection, Connected
 from relay.protocol.packets import ServerError, parse_err
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.faults.conftest import HOSTILE_CASES
 from tests.support.faults import SequenceLoad, converged, sequence_counts
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER
-from tests.support.replication import FIRST_FILE, RawClient, assert_healthy, attach_replica
+from tests.support.replication import RawClient, assert_healthy
 
 MAX_CONNECTIONS = 64
 WORKERS = 24  # cases at once (below max_connections, so they are not refused for being too many)

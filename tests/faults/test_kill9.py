@@ -8,10 +8,10 @@ import random
 import statistics
 import time
 
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.faults.conftest import KILL9_CYCLES
 from tests.support.faults import SequenceLoad, converged, stored_bytes
-from tests.support.mariadb import wait_for
-from tests.support.replication import FIRST_FILE, attach_replica
 
 
 def test_kill9_under_write_load(mariadb_factory, fault_relay):

@@ -12,10 +12,10 @@ import statistics
 from tests.faults.conftest import PROXY_FAULTS_EACH
 
 LOAD_RATE = 500  # transactions a second, one in 16 of 48 KiB: about 2 MB/s of binlog
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import FIRST_FILE
 from tests.faults.proxy import FAULTS, Fault, FaultProxy
 from tests.support.faults import SequenceLoad, converged
-from tests.support.mariadb import wait_for
-from tests.support.replication import FIRST_FILE
 
 
 def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import threading
 import time
 
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_binlog_settled
 from tests.faults.conftest import LONG
-from tests.support.faults import SequenceLoad, converged, vm_rss_bytes
+from tests.support.faults import SequenceLoad, converged
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import FIRST_FILE, RawClient, attach_replica, wait_binlog_settled
+from tests.support.replication import RawClient
 
 BULK_STATEMENTS = 30 if LONG else 6  # each writes about 10 MB of binlog
 RSS_GROWTH_BOUND = 32 << 20
@@ -55,7 +56,7 @@ def test_stuck_and_slow_replicas_do_not_hold_back_the_rest(mariadb_factory, faul
     stuck.start_dump(FIRST_FILE, 4, server_id=901, flags=0)  # and never read again
     slow = SlowReader(relay.port)
     slow.start()
-    rss_before = vm_rss_bytes(relay.pid)
+    rss_before = relay.rss_bytes()
     try:
         with SequenceLoad(primary) as load:
             started = time.monotonic()

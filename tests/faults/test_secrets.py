@@ -21,9 +21,10 @@ import yaml
 
 from relay.protocol.client import AuthenticationError
 from relay.protocol.packets import ServerError
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import FIRST_FILE, wait_caught_up
 from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts, metric
-from tests.support.mariadb import wait_for
-from tests.support.replication import FIRST_FILE, RawClient, wait_caught_up
+from tests.support.replication import RawClient
 
 UPSTREAM_PASSWORD = "Up-s3cret-7f3a9c1e"
 INLINE_PASSWORD = "Inline-s3cret-91c2d8"

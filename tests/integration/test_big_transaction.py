@@ -5,15 +5,14 @@ from __future__ import annotations
 import subprocess
 import time
 
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, find_program
-from tests.support.relay import RelayProcess, relay_config, wait_for_mirror
+from relay.sandbox.binlogfiles import binlog_events
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
+from relay.sandbox.relayprocess import RelayProcess, relay_config
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
+from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
     assert_same_data,
-    attach_replica,
-    binlog_events,
     relay_factory,
-    wait_caught_up,
 )
 
 RSS_LIMIT = 200 * 1024 * 1024

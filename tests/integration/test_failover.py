@@ -9,16 +9,15 @@ import subprocess
 
 import pytest
 
-from tests.support.mariadb import MariaDB, free_port, wait_for
-from tests.support.metrics import http_get
+from relay.sandbox.binlogfiles import GTID_EVENT, HEADER_LEN, binlog_events
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import http_get
+from relay.sandbox.replication import FIRST_FILE, attach_replica
+from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
-    GTID_EVENT,
-    HEADER_LEN,
     WriteLoad,
-    attach_replica,
-    binlog_events,
     relay_factory,
     table_checksums,
     user_tables,

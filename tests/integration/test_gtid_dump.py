@@ -14,18 +14,16 @@ from __future__ import annotations
 import struct
 
 from relay.binlog.gtid import BinlogState, Gtid
-from tests.support.mariadb import MariaDB, wait_for
+from relay.protocol.packets import ServerError
+from relay.sandbox.binlogfiles import GTID_EVENT, HEADER_LEN, binlog_events
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import attach_replica, wait_binlog_settled
+from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    GTID_EVENT,
-    HEADER_LEN,
-    ServerError,
     assert_same_data,
-    attach_replica,
-    binlog_events,
     dump_events,
     relay_factory,
-    wait_binlog_settled,
 )
 
 ARTIFICIAL = 0x20

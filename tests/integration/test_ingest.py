@@ -7,9 +7,12 @@ import time
 from pathlib import Path
 
 
-from tests.support.mariadb import MariaDB, wait_for
+from relay.sandbox.compare import mirror_differences
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess, relay_config
+from tests.support.mariadb import MariaDB
 from tests.support.proxy import CuttableProxy
-from tests.support.relay import RelayProcess, mirror_differences, relay_config, wait_for_mirror
+from tests.support.relay import wait_for_mirror
 from tests.support.replication import WriteLoad
 
 

@@ -18,9 +18,12 @@ import signal
 import socket
 import time
 
-from tests.support.mariadb import MariaDB, free_port, wait_for
-from tests.support.metrics import RawDump, Scrape, http_get, start_relay
-from tests.support.relay import RelayProcess, wait_for_mirror
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import RelayProcess, http_get, start_relay
+from tests.support.mariadb import MariaDB
+from tests.support.metrics import RawDump, Scrape
+from tests.support.relay import wait_for_mirror
 from tests.support.replication import WriteLoad
 
 P = "binlog_relay_"

@@ -10,21 +10,13 @@ from collections.abc import Callable
 import pymysql
 import pytest
 
-from tests.support.mariadb import MariaDB, free_port, wait_for
-from tests.support.metrics import (
-    FIRST_FILE,
-    RawDump,
-    Scrape,
-    WriteLoad,
-    assert_replica_healthy,
-    attach_replica,
-    http_get,
-    promtool_check,
-    promtool_path,
-    start_relay,
-    wait_caught_up,
-)
-from tests.support.relay import RelayProcess
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import RelayProcess, http_get, start_relay
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
+from tests.support.mariadb import MariaDB
+from tests.support.metrics import RawDump, Scrape, promtool_check, promtool_path
+from tests.support.replication import WriteLoad, assert_healthy
 
 REPLICA_ID = 2
 STALLED_ID = 55
@@ -146,7 +138,7 @@ def test_metrics_during_replication(mariadb_factory, tmp_path):
         assert commits > 50, commits
 
         wait_caught_up(primary, replica)
-        assert_replica_healthy(replica)
+        assert_healthy(replica)
         wait_for(lambda: _lag_bytes(port, REPLICA_ID) == 0, 15,
                  f"replica_lag_bytes{{server_id=\"{REPLICA_ID}\"}} did not reach 0 once the replica caught up")
 

@@ -34,9 +34,10 @@ from pyspark.sql import SparkSession  # noqa: E402 - no skip: pyspark is in the 
 from pyspark.sql import functions as F  # noqa: E402
 
 from relay.pipeline.source import COLUMNS, BinlogDataSource  # noqa: E402
+from relay.sandbox.relayprocess import RelayProcess, relay_config  # noqa: E402
 from tests.fixtures import make_rows_fixtures as mrf  # noqa: E402
 from tests.support.mariadb import MariaDB, MariaDBFactory  # noqa: E402
-from tests.support.relay import RelayProcess, relay_config, wait_for_mirror  # noqa: E402
+from tests.support.relay import wait_for_mirror  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -404,7 +405,7 @@ RSS_PROBE = textwrap.dedent("""
     p = pl.plan_ranges(data_dir)
     rows = reread = 0
     if mode == "changes":
-        from relay.binlog.changes import row_json
+        from relay.pipeline.jsonform import row_json
         from relay.pipeline.read import iter_changes
         for r in p.ranges:
             decoders = []

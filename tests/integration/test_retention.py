@@ -11,17 +11,13 @@ from pathlib import Path
 
 import pymysql
 
-from tests.support.mariadb import MariaDB, wait_for
-from tests.support.metrics import (
-    FIRST_FILE,
-    RawDump,
-    assert_replica_healthy,
-    attach_replica,
-    start_relay,
-    wait_caught_up,
-)
-from relay.storage.compare import copy_differences
-from tests.support.relay import RelayProcess
+from relay.sandbox.compare import copy_differences
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess, start_relay
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
+from tests.support.mariadb import MariaDB
+from tests.support.metrics import RawDump
+from tests.support.replication import assert_healthy
 
 SMALL_BINLOGS = ["--max-binlog-size=16384"]
 MAX_SIZE = 60000
@@ -350,7 +346,7 @@ def test_purge_binary_logs(mariadb_factory, tmp_path):
         primary.sql("INSERT INTO ret.t (v) VALUES ('after purge')")
         _rotate(primary, 2)
         wait_caught_up(primary, replica)
-        assert_replica_healthy(replica)
+        assert_healthy(replica)
         count = primary.sql("SELECT COUNT(*), SUM(LENGTH(v)) FROM ret.t")[0]
         assert replica.sql("SELECT COUNT(*), SUM(LENGTH(v)) FROM ret.t")[0] == count
         assert replica.sql("SELECT COUNT(*) FROM ret.big")[0][0] == 1

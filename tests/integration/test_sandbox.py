@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, MariaDBError, MariaDBFactory
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, MariaDBError
+from tests.support.mariadb import MariaDB, MariaDBFactory
 
 BINLOG_MAGIC = b"\xfebin"
 

@@ -8,12 +8,12 @@ import os
 import signal
 import struct
 
-from tests.support.mariadb import MariaDB, wait_for
+from relay.sandbox.binlogfiles import GTID_EVENT, HEADER_LEN
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import attach_replica
+from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    GTID_EVENT,
-    attach_replica,
-    HEADER_LEN,
     dump_events,
     relay_factory,
     stored_events,

@@ -12,15 +12,16 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
-from relay.storage.compare import copy_differences
+from relay.sandbox.compare import copy_differences
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import FIRST_FILE, wait_binlog_settled
+from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
     dump_events,
     mixed_workload,
     relay_factory,
-    wait_binlog_settled,
 )
 
 

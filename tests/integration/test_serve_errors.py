@@ -16,19 +16,18 @@ import pymysql
 import pytest
 
 from relay.protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
-from relay.protocol.packets import PacketReader, frame, is_err, parse_err
+from relay.protocol.packets import PacketReader, ServerError, frame, is_err, parse_err
+from relay.sandbox.binlogfiles import binlog_events
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
 from tests.support.certs import make_certs
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, MariaDB, find_program, wait_for
-from tests.support.relay import RelayProcess
+from tests.support.mariadb import MariaDB
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
     RawClient,
-    ServerError,
     assert_healthy,
-    attach_replica,
-    binlog_events,
     relay_factory,
-    wait_caught_up,
 )
 
 ER_CON_COUNT_ERROR = 1040

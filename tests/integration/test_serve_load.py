@@ -6,19 +6,18 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from tests.support.mariadb import MariaDB, wait_for
+from relay.sandbox.binlogfiles import HEADER, HEADER_LEN
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import attach_replica, wait_caught_up
+from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    HEADER,
-    HEADER_LEN,
     RawClient,
     WriteLoad,
     assert_healthy,
     assert_same_data,
-    attach_replica,
     mixed_workload,
     relay_factory,
-    wait_caught_up,
 )
 
 ROTATE_EVENT = 4

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import pytest
 
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
     assert_healthy,
     assert_same_data,
-    attach_replica,
     dump_events,
     gtid_origins,
     relay_factory,
     stored_events,
-    wait_caught_up,
 )
 
 S_ID = 3

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from relay.sandbox.replication import FIRST_FILE, attach_replica, replica_position, wait_caught_up
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    FIRST_FILE,
     assert_healthy,
     assert_same_data,
-    attach_replica,
     mixed_workload,
     relay_factory,
-    replica_position,
-    wait_caught_up,
 )
 
 SMALL_BINLOGS = ["--max-binlog-size=16384"]
@@ -78,7 +75,9 @@ def _repoint(replica: MariaDB, port: int, use_gtid: str) -> tuple[str, int]:
     """STOP SLAVE, then CHANGE MASTER TO port, with the very coordinates it had executed (file/position
     mode) or its GTID position (GTID mode); START SLAVE."""
     replica.stop_slave()
-    file, position = replica_position(replica)
+    executed = replica_position(replica.slave_status())
+    assert executed is not None, f"replica server_id {replica.server_id} has no source"
+    file, position = executed
     if use_gtid == "no":
         replica.change_master("127.0.0.1", port, log_file=file, log_pos=position, use_gtid="no")
     else:

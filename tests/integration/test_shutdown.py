@@ -15,18 +15,14 @@ import time
 import pymysql
 import pytest
 
-from tests.support.mariadb import MariaDB, wait_for
-from tests.support.metrics import (
-    FIRST_FILE,
-    RawDump,
-    WriteLoad,
-    assert_replica_healthy,
-    attach_replica,
-    start_relay,
-    wait_caught_up,
-)
-from relay.storage.compare import IN_USE_FLAG_OFFSET
-from tests.support.relay import RelayProcess, relay_config, wait_for_mirror
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess, relay_config, start_relay
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
+from relay.storage.files import IN_USE_FLAG_OFFSET
+from tests.support.mariadb import MariaDB
+from tests.support.metrics import RawDump
+from tests.support.relay import wait_for_mirror
+from tests.support.replication import WriteLoad, assert_healthy
 
 STOP_WITHIN = 5.0
 # MariaDB event types that begin something other than the middle of an event group: a stored file
@@ -135,7 +131,7 @@ def test_signal_under_write_load(mariadb_factory, tmp_path, signum):
 
         wait_for_mirror(primary, relay)
         wait_caught_up(primary, replica)
-        assert_replica_healthy(replica)
+        assert_healthy(replica)
         rows = primary.sql("SELECT COUNT(*), SUM(n) FROM loadtest.t")[0]
         assert rows[0] == 3 * commits, (rows, commits)
         assert replica.sql("SELECT COUNT(*), SUM(n) FROM loadtest.t")[0] == rows

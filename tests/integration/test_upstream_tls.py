@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess, relay_config
 from tests.support.certs import make_certs
-from tests.support.mariadb import wait_for
-from tests.support.relay import RelayProcess, relay_config, wait_for_mirror
+from tests.support.relay import wait_for_mirror
 
 
 def _tls_primary(mariadb_factory, tmp_path):

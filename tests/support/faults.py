@@ -9,17 +9,21 @@ replica (lost or applied twice shows), convergence with the time it took, and a 
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .mariadb import MariaDB, wait_for
-from .metrics import Scrape, http_get
-from .relay import RelayProcess, wait_for_mirror
-from .replication import assert_healthy, assert_same_data, wait_binlog_settled
+from relay.sandbox.errors import ReplicationStopped
+from relay.sandbox.polling import wait_for
+from relay.sandbox.relayprocess import RelayProcess, http_get
+from relay.sandbox.replication import is_stopped, replica_summary, wait_binlog_settled
+
+from .mariadb import MariaDB
+from .metrics import Scrape
+from .relay import wait_for_mirror
+from .replication import assert_healthy, assert_same_data
 
 SCHEMA = "faults"
 
@@ -120,9 +124,8 @@ def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0
     """Until the replica executed the primary's whole GTID position, failing at once if it stopped."""
     def arrived() -> bool:
         status = replica.slave_status()
-        if status.get("Slave_SQL_Running") == "No" or status.get("Slave_IO_Running") == "No":
-            raise AssertionError(f"replica server_id {replica.server_id} stopped: {status.get('Last_IO_Error')!r}"
-                                 f" {status.get('Last_SQL_Error')!r}")
+        if is_stopped(status):
+            raise ReplicationStopped(f"replica server_id {replica.server_id} stopped: {replica_summary(status)}")
         return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) == gtid_binlog_pos(primary)
     wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
 
@@ -171,18 +174,8 @@ def stored_bytes(relay: RelayProcess) -> int:
 # ------------------------------------------------------------------ the relay's metrics
 
 
-def metrics_port(relay: RelayProcess) -> int:
-    """The port of the relay's HTTP endpoint, from the config or (port 0) from its log line."""
-    port = int(relay.config.get("metrics", {}).get("port", 0))
-    if port:
-        return port
-    found = re.findall(r"metrics on http://[^:]+:(\d+)/metrics", relay.log_text())
-    assert found, "the relay logged no metrics endpoint"
-    return int(found[-1])
-
-
 def scrape(relay: RelayProcess) -> Scrape:
-    return Scrape.fetch(metrics_port(relay))
+    return Scrape.fetch(relay.metrics_port)
 
 
 def metric(relay: RelayProcess, name: str, **labels: Any) -> float | None:
@@ -191,12 +184,4 @@ def metric(relay: RelayProcess, name: str, **labels: Any) -> float | None:
 
 def endpoint_texts(relay: RelayProcess) -> str:
     """/metrics, /healthz and /readyz bodies, for the secrets check."""
-    port = metrics_port(relay)
-    return "\n".join(http_get(port, path)[1] for path in ("/metrics", "/healthz", "/readyz"))
-
-
-def vm_rss_bytes(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status").read().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+    return "\n".join(http_get(relay.metrics_port, path)[1] for path in ("/metrics", "/healthz", "/readyz"))

@@ -1,11 +1,11 @@
 """Throw-away MariaDB servers on loopback, for the test suite.
 
-The launcher itself (template datadir, my.cnf, start/stop/kill, cleanup registry) is the
-product's ``relay.localdb``, which ``binlog-relay demo`` uses too; this module adds the
-pymysql-based SQL helpers the tests need on top of it, as ``MariaDB``, and the factory the
-fixtures use. See relay/localdb.py for the server options and the users it creates.
-
-Import it as ``from tests.support.mariadb import MariaDB, wait_for``.
+The launcher itself (template datadir, my.cnf, start/stop/kill, cleanup registry, SQL helpers
+such as master_status and change_master) is ``relay.sandbox.mariadb.LocalMariaDB``, which
+``binlog-relay demo`` and the benchmarks use too; this module runs its SQL through pymysql
+instead (typed values, %s parameters, one cached connection per thread), as ``MariaDB``, and
+adds the factory the fixtures use. See relay/sandbox/mariadb.py for the server options and the
+users it creates.
 
 Everything here is synchronous. In a trio test, a sync call blocks the event loop while
 it runs: a quick query is fine, but run long statements with
@@ -20,42 +20,25 @@ import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 import pymysql.cursors
 
-from relay.localdb import (  # noqa: F401 - some are re-exported for the test modules
-    ONE_GB,
-    REPL_PASSWORD,
-    REPL_USER,
-    ROOT_USER,
-    STOP_TIMEOUT,
-    LocalMariaDB,
-    MariaDBError,
-    T,
-    find_program,
-    free_port,
-    kill_all_servers,
-    kill_quietly,
-    set_template_parent,
-    wait_for,
-)
+from relay.sandbox.mariadb import ONE_GB, ROOT_USER, STOP_TIMEOUT, LocalMariaDB, kill_quietly
+from relay.sandbox.polling import wait_for
+
+T = TypeVar("T")
 
 # ------------------------------------------------------------------- the server
 
 
 class MariaDB(LocalMariaDB):
-    """One throw-away mariadbd (see LocalMariaDB) plus SQL through pymysql as root."""
+    """One throw-away mariadbd (see LocalMariaDB) with its SQL through pymysql as root."""
 
-    def __init__(
-        self,
-        base_dir: Path,
-        server_id: int,
-        port: int | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> None:
-        super().__init__(base_dir, server_id, port, extra_args)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """LocalMariaDB's arguments; the pymysql connections are made on first use."""
+        super().__init__(*args, **kwargs)
         self._conns: dict[int, pymysql.connections.Connection] = {}
         self._conns_lock = threading.Lock()
 
@@ -128,17 +111,6 @@ class MariaDB(LocalMariaDB):
             for statement in statements:
                 cur.execute(statement)
 
-    def binlog_files(self) -> list[tuple[str, int]]:
-        """SHOW BINARY LOGS as [(name, size)], oldest first."""
-        return [(str(row[0]), int(row[1])) for row in self.sql("SHOW BINARY LOGS")]
-
-    def master_status(self) -> tuple[str, int]:
-        """(file, position) of SHOW MASTER STATUS: where the next event will be written."""
-        rows = self.sql("SHOW MASTER STATUS")
-        if not rows:
-            raise MariaDBError(f"{self!r}: SHOW MASTER STATUS is empty (binlog off?)")
-        return str(rows[0][0]), int(rows[0][1])
-
     def wait_until(
         self, predicate: Callable[[], T], timeout: float = 30.0, what: str = "condition"
     ) -> T:
@@ -147,49 +119,8 @@ class MariaDB(LocalMariaDB):
 
     # --- as a replica
 
-    def change_master(
-        self,
-        host: str,
-        port: int,
-        user: str = REPL_USER,
-        password: str = REPL_PASSWORD,
-        log_file: str | None = None,
-        log_pos: int | None = None,
-        use_gtid: str = "no",
-        connect_retry: int = 1,
-        heartbeat_period: float | None = None,
-    ) -> None:
-        """CHANGE MASTER TO the given source. connect_retry defaults to 1 s (server default
-        60 s) so a replica reconnects promptly when a test restarts its source."""
-        if use_gtid not in ("no", "slave_pos", "current_pos"):
-            raise ValueError(f"use_gtid must be no, slave_pos or current_pos, not {use_gtid!r}")
-        clauses = [
-            "MASTER_HOST = %s",
-            "MASTER_PORT = %s",
-            "MASTER_USER = %s",
-            "MASTER_PASSWORD = %s",
-            "MASTER_CONNECT_RETRY = %s",
-            f"MASTER_USE_GTID = {use_gtid}",
-        ]
-        params: list[object] = [host, int(port), user, password, int(connect_retry)]
-        for clause, value in (
-            ("MASTER_LOG_FILE = %s", log_file),
-            ("MASTER_LOG_POS = %s", None if log_pos is None else int(log_pos)),
-            ("MASTER_HEARTBEAT_PERIOD = %s", heartbeat_period),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
-        self.sql("CHANGE MASTER TO " + ", ".join(clauses), *params)
-
-    def start_slave(self) -> None:
-        self.sql("START SLAVE")
-
-    def stop_slave(self) -> None:
-        self.sql("STOP SLAVE")
-
     def slave_status(self) -> dict[str, Any]:
-        """SHOW SLAVE STATUS as a dict ({} when no replication is configured)."""
+        """SHOW SLAVE STATUS as a dict with typed values ({} when no replication is configured)."""
         conn = self._connection()
         with conn.cursor(pymysql.cursors.DictCursor) as cur:
             cur.execute("SHOW SLAVE STATUS")

@@ -7,37 +7,23 @@ Reading the relay's HTTP endpoint: /metrics parsed into samples, /healthz, /read
     scrape.value("binlog_relay_upstream_events_total", type="xid")   # None when absent
     promtool_check(scrape.text)                                      # AssertionError on a finding
 
-and around it: ``start_relay`` (with a known metrics port), ``attach_replica`` / ``wait_caught_up``
-for MariaDB replicas of the relay, ``WriteLoad`` (small transactions in a thread), and ``RawDump``,
-a raw dump client built on the relay's own sans-IO ``ClientConnection`` (a dump that stops reading).
+and ``RawDump``, a raw dump client for a dump that stops reading.  The relay itself with a known
+metrics port is relay.sandbox.relayprocess.start_relay(..., metrics_port=PORT).
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .mariadb import MariaDB, wait_for
-from .relay import RelayProcess, relay_config
-from .replication import RawClient, WriteLoad  # noqa: F401 - WriteLoad is imported from here by tests
+from relay.sandbox.relayprocess import http_get
+
+from .replication import RawClient
 
 PROMTOOL_HINT = "promtool is missing: install it with `apt-get install -y prometheus` (Debian ships promtool in it)"
-
-
-def http_get(port: int, path: str, timeout: float = 5.0) -> tuple[int, str]:
-    """(status, body) of GET http://127.0.0.1:port/path; 4xx/5xx are returned, not raised."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 @dataclass(frozen=True)
@@ -89,70 +75,6 @@ def promtool_check(text: str) -> None:
     findings = (result.stdout + result.stderr).strip()
     assert result.returncode == 0 and not findings, (
         f"promtool check metrics failed (exit {result.returncode}):\n{findings}\n--- the scraped text ---\n{text}")
-
-
-# ------------------------------------------------------------------------------------------
-# Shared by the operations tests (test_metrics, test_retention, test_shutdown): the relay with a
-# known metrics port, MariaDB replicas of it, a write load, and a raw dump client.
-# ------------------------------------------------------------------------------------------
-
-FIRST_FILE = "mysql-bin.000001"
-
-
-def start_relay(work_dir: Path, upstream_port: int, *, metrics_port: int | None = None,
-                **overrides: Any) -> RelayProcess:
-    """A relay subprocess in work_dir (relay.yaml, relay.log, data/), listening for replicas when
-    returned; with metrics_port, its /metrics endpoint is on 127.0.0.1:metrics_port and answering."""
-    if metrics_port is not None:
-        overrides["metrics"] = {"host": "127.0.0.1", "port": metrics_port}
-    relay = RelayProcess(work_dir, relay_config(work_dir / "data", upstream_port, **overrides))
-    relay.start()
-    relay.wait_listening()
-    if metrics_port is not None:
-        wait_for(lambda: http_get(metrics_port, "/healthz")[0] == 200, 15,
-                 f"no metrics endpoint on port {metrics_port}", ignore=(urllib.error.URLError, ConnectionError))
-    return relay
-
-
-def attach_replica(replica: MariaDB, port: int, log_file: str = FIRST_FILE, log_pos: int = 4) -> None:
-    """CHANGE MASTER TO 127.0.0.1:port (file/position, repl/replpass) and START SLAVE."""
-    replica.change_master("127.0.0.1", port, log_file=log_file, log_pos=log_pos)
-    replica.start_slave()
-
-
-def _slave_summary(status: dict[str, Any]) -> str:
-    keys = ("Slave_IO_Running", "Slave_SQL_Running", "Master_Log_File", "Read_Master_Log_Pos",
-            "Relay_Master_Log_File", "Exec_Master_Log_Pos", "Last_IO_Errno", "Last_IO_Error", "Last_SQL_Errno",
-            "Last_SQL_Error")
-    return ", ".join(f"{key}={status.get(key)!r}" for key in keys)
-
-
-def wait_caught_up(primary: MariaDB, replica: MariaDB, timeout: float = 45.0) -> dict[str, Any]:
-    """Poll SHOW SLAVE STATUS until the replica executed up to the primary's SHOW MASTER STATUS (read
-    again at every poll: MariaDB appends a Binlog_checkpoint event a moment after a rotation); fail
-    at once if its SQL thread stopped (the IO thread may be reconnecting: that is allowed)."""
-    last: dict[str, Any] = {}
-    target: tuple[str, int] = ("", 0)
-
-    def arrived() -> bool:
-        nonlocal last, target
-        last = replica.slave_status()
-        if last.get("Slave_SQL_Running") == "No":
-            raise AssertionError(f"replica server_id {replica.server_id}: SQL thread stopped: {_slave_summary(last)}")
-        target = primary.master_status()
-        return (last["Relay_Master_Log_File"], int(last["Exec_Master_Log_Pos"])) == target
-
-    try:
-        wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not reach the primary's position")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc} {target}; its status: {_slave_summary(last)}") from None
-    return last
-
-
-def assert_replica_healthy(replica: MariaDB) -> None:
-    status = replica.slave_status()
-    assert status["Slave_IO_Running"] == "Yes" and status["Slave_SQL_Running"] == "Yes", _slave_summary(status)
-    assert int(status["Last_IO_Errno"]) == 0 and int(status["Last_SQL_Errno"]) == 0, _slave_summary(status)
 
 
 class RawDump(RawClient):

@@ -1,40 +1,36 @@
-"""Helpers for tests where real consumers replicate from the relay.
+"""Helpers for tests where real consumers replicate from the relay.  Pointing replicas at a source
+and waiting for them is relay.sandbox.replication's (shared with the demo and the benchmarks);
+what is here is the tests' own:
 
 - ``relay_factory``: a fixture (import it into the test module) that starts relay subprocesses and
   stops them at teardown.
-- ``attach_replica``: CHANGE MASTER TO + START SLAVE on a MariaDB replica.
-- ``wait_caught_up`` / ``wait_replica_at``: poll SHOW SLAVE STATUS until the replica has executed up
-  to the primary's SHOW MASTER STATUS (file and position), failing fast when a thread stops.
-- ``assert_same_data``: CHECKSUM TABLE of every user table, primary against replica.
+- ``assert_healthy`` and ``assert_same_data`` (CHECKSUM TABLE of every user table, primary against
+  replica).
 - ``mixed_workload`` and ``WriteLoad``: the writes the tests replicate.
-- ``RawClient``: a blocking-socket client driven by the relay's own sans-IO
-  ``relay.protocol.client.ClientConnection``, for dumps a real replica cannot be made to send.
-- ``binlog_events`` / ``dump_events``: read events from a file or a raw dump, header fields only.
+- ``RawClient``: relay.sandbox.client.BlockingClient as repl, with whole dumps read and raw bytes
+  sent, for dumps a real replica cannot be made to send; ``dump_events`` on top of it.
+- ``stored_events`` and ``gtid_origins``: events of stored files, header fields only.
 """
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from relay.protocol.client import NEED_DATA, ClientConnection, Connected
 from relay.protocol.packets import ServerError, is_eof, is_err, parse_err
+from relay.sandbox.binlogfiles import GTID_EVENT, Event, binlog_events, split_events
+from relay.sandbox.client import BlockingClient
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+from relay.sandbox.relayprocess import RelayProcess, start_relay
+from relay.sandbox.replication import replica_summary
 
-from .mariadb import REPL_PASSWORD, REPL_USER, MariaDB, wait_for
-from .relay import RelayProcess, relay_config
+from .mariadb import MariaDB
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_length, log_pos, flags
-HEADER_LEN = HEADER.size
-GTID_EVENT = 162  # MariaDB GTID: starts every event group
-FIRST_FILE = "mysql-bin.000001"
 
 
 # ------------------------------------------------------------------ relay and replicas
@@ -49,86 +45,19 @@ def relay_factory(mariadb_factory: Any, tmp_path: Path) -> Iterator[Any]:
     relays: list[RelayProcess] = []
 
     def make(name: str, upstream_port: int, **overrides: Any) -> RelayProcess:
-        relay = RelayProcess(tmp_path / name, relay_config(tmp_path / name / "data", upstream_port, **overrides))
+        relay = start_relay(tmp_path / name, upstream_port, **overrides)
         relays.append(relay)
-        relay.start()
-        relay.wait_listening()
         return relay
 
     yield make
     for relay in reversed(relays):
-        try:
-            relay.stop()
-        except Exception:  # noqa: BLE001 - a relay that does not stop is killed
-            relay.kill9()
-
-
-def attach_replica(replica: MariaDB, port: int, *, use_gtid: str = "no", log_file: str | None = FIRST_FILE,
-                   log_pos: int | None = 4, extra_change: str = "") -> None:
-    """Point replica at 127.0.0.1:port and START SLAVE. GTID mode takes no file/position.
-    extra_change is a CHANGE MASTER clause list run after (e.g. "MASTER_SSL = 1, MASTER_SSL_CA = '...'")."""
-    if use_gtid != "no":
-        log_file = log_pos = None
-    replica.change_master("127.0.0.1", port, log_file=log_file, log_pos=log_pos, use_gtid=use_gtid)
-    if extra_change:
-        replica.sql(f"CHANGE MASTER TO {extra_change}")
-    replica.start_slave()
-
-
-def _status_summary(status: dict[str, Any]) -> str:
-    keys = ("Slave_IO_Running", "Slave_SQL_Running", "Master_Port", "Master_Log_File", "Read_Master_Log_Pos",
-            "Relay_Master_Log_File", "Exec_Master_Log_Pos", "Last_IO_Errno", "Last_IO_Error", "Last_SQL_Errno",
-            "Last_SQL_Error", "Using_Gtid", "Gtid_IO_Pos")
-    return ", ".join(f"{key}={status.get(key)!r}" for key in keys)
-
-
-def replica_position(replica: MariaDB) -> tuple[str, int]:
-    """(Relay_Master_Log_File, Exec_Master_Log_Pos): what the SQL thread has executed."""
-    status = replica.slave_status()
-    return str(status["Relay_Master_Log_File"]), int(status["Exec_Master_Log_Pos"])
-
-
-def wait_replica_at(replica: MariaDB, target: tuple[str, int] | Callable[[], tuple[str, int]],
-                    timeout: float = 60.0) -> dict[str, Any]:
-    """Poll until the replica executed up to target (file, position), or to what target() returns at
-    that moment; return its SHOW SLAVE STATUS. Fails at once when its IO or SQL thread has stopped
-    (an ERR 1236, a duplicate key...)."""
-    last: dict[str, Any] = {}
-    wanted: tuple[str, int] | None = None
-
-    def arrived() -> bool:
-        nonlocal last, wanted
-        wanted = target() if callable(target) else tuple(target)  # type: ignore[assignment]
-        last = replica.slave_status()
-        if last.get("Slave_IO_Running") == "No" or last.get("Slave_SQL_Running") == "No":
-            raise _Stopped(f"replica server_id {replica.server_id} stopped replicating: {_status_summary(last)}")
-        return (last["Relay_Master_Log_File"], int(last["Exec_Master_Log_Pos"])) == wanted
-
-    try:
-        wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not catch up")
-    except _Stopped as exc:
-        raise AssertionError(str(exc)) from None
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}: wanted {wanted}, its status: {_status_summary(last)}") from None
-    return last
-
-
-class _Stopped(Exception):
-    pass
-
-
-def wait_caught_up(primary: MariaDB, replica: MariaDB, timeout: float = 60.0) -> dict[str, Any]:
-    """wait_replica_at the primary's SHOW MASTER STATUS, once the primary's binlog has settled (a MariaDB
-    primary writes a BINLOG_CHECKPOINT event on its own some time after a rotation, so its position
-    can move with no write from the test: callers compare it with the replica's afterwards)."""
-    wait_binlog_settled(primary, timeout)
-    return wait_replica_at(replica, primary.master_status, timeout)
+        relay.close()
 
 
 def assert_healthy(replica: MariaDB) -> dict[str, Any]:
     """Both threads running, no IO or SQL error recorded."""
     status = replica.slave_status()
-    summary = _status_summary(status)
+    summary = replica_summary(status)
     assert status["Slave_IO_Running"] == "Yes", summary
     assert status["Slave_SQL_Running"] == "Yes", summary
     assert int(status["Last_IO_Errno"]) == 0 and not status["Last_IO_Error"], summary
@@ -258,34 +187,6 @@ class WriteLoad:
 # ------------------------------------------------------------------ binlog events (header only)
 
 
-@dataclass(frozen=True)
-class Event:
-    type: int
-    server_id: int
-    length: int
-    log_pos: int
-    flags: int
-    timestamp: int
-    data: bytes
-
-
-def split_events(data: bytes) -> Iterator[Event]:
-    """Events of a binlog file's bytes (after the 4-byte magic) or of concatenated events."""
-    pos = 0
-    while pos + HEADER_LEN <= len(data):
-        timestamp, etype, server_id, length, log_pos, flags = HEADER.unpack_from(data, pos)
-        if length < HEADER_LEN:
-            raise AssertionError(f"bad event length {length} at {pos}")
-        yield Event(etype, server_id, length, log_pos, flags, timestamp, data[pos:pos + length])
-        pos += length
-
-
-def binlog_events(path: Path) -> list[Event]:
-    data = path.read_bytes()
-    assert data[:4] == b"\xfebin", f"{path} is not a binlog file"
-    return list(split_events(data[4:]))
-
-
 def stored_events(data_dir: Path) -> list[Event]:
     """Every event of every binlog file listed in the relay's (or a server's) index."""
     index = data_dir / "binlog.index"
@@ -293,26 +194,6 @@ def stored_events(data_dir: Path) -> list[Event]:
         index = data_dir / "mysql-bin.index"
     names = [Path(line).name for line in index.read_text().splitlines() if line.strip()]
     return [event for name in names for event in binlog_events(data_dir / name)]
-
-
-BINLOG_CHECKPOINT_EVENT = 161
-
-
-def binlog_settled(server: MariaDB) -> bool:
-    """True once the server's active binlog has its own BINLOG_CHECKPOINT. MariaDB writes that event by
-    itself, some time after a rotation; until then its binlog may still grow with no write from a test."""
-    name, _ = server.master_status()
-    checkpoints = [event for event in binlog_events(server.binlog_path(name))
-                   if event.type == BINLOG_CHECKPOINT_EVENT]
-    if not checkpoints:
-        return False
-    body = checkpoints[-1].data[HEADER_LEN:]
-    length = struct.unpack_from("<I", body)[0]
-    return body[4:4 + length].decode() == name
-
-
-def wait_binlog_settled(server: MariaDB, timeout: float = 30.0) -> None:
-    wait_for(lambda: binlog_settled(server), timeout, f"server_id {server.server_id}: no binlog checkpoint")
 
 
 def gtid_origins(events: list[Event]) -> list[int]:
@@ -323,62 +204,13 @@ def gtid_origins(events: list[Event]) -> list[int]:
 # ------------------------------------------------------------------ a raw client
 
 
-class RawClient:
-    """A blocking-socket client speaking through ``ClientConnection`` (the relay's own sans-IO client).
-
-    Logs in on construction. ``query`` returns a ResultSet or OkPacket and raises ServerError on ERR;
-    ``start_dump`` sends COM_BINLOG_DUMP; ``read_dump`` collects the stream up to EOF or ERR."""
+class RawClient(BlockingClient):
+    """relay.sandbox.client.BlockingClient, as repl by default, with what tests do with a dump:
+    its first reply, a whole non-blocking dump, and raw bytes either way."""
 
     def __init__(self, port: int, user: str = REPL_USER, password: str = REPL_PASSWORD, *,
                  rcvbuf: int | None = None, timeout: float = 10.0) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf is not None:
-            # before connect, so the window the relay sees is small from the start
-            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        self.sock.settimeout(timeout)
-        self.sock.connect(("127.0.0.1", port))
-        self.conn = ClientConnection(user, password)
-        event = self._next_event()
-        assert isinstance(event, Connected), event
-
-    def _flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data:
-            self.sock.sendall(data)
-
-    def _receive(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise ConnectionError("the relay closed the connection")
-        self.conn.receive_data(data)
-
-    def _next_event(self) -> object:
-        while True:
-            event = self.conn.next_event()
-            self._flush()  # what handling the last packet queued (e.g. the handshake response)
-            if event is not NEED_DATA:
-                return event
-            self._receive()
-
-    def query(self, sql: str) -> object:
-        self.conn.query(sql)
-        return self._next_event()
-
-    def register_slave(self, server_id: int) -> object:
-        self.conn.register_slave(server_id, "127.0.0.1", 3306, REPL_USER, "")
-        return self._next_event()
-
-    def start_dump(self, file: str, position: int, server_id: int, flags: int = 0) -> None:
-        self.conn.binlog_dump(file, position, server_id, flags)
-        self._flush()
-
-    def next_dump_packets(self) -> list[bytes]:
-        """At least one complete packet of the dump stream (blocks up to the socket timeout)."""
-        while True:
-            packets = [bytes(p) for p in self.conn.read_binlog_packets()]
-            if packets:
-                return packets
-            self._receive()
+        super().__init__(port, user, password, timeout=timeout, rcvbuf=rcvbuf)
 
     def dump_reply(self) -> ServerError | bytes:
         """The first packet after COM_BINLOG_DUMP: the ServerError of an ERR, else the packet."""
@@ -403,18 +235,6 @@ class RawClient:
     def recv_raw(self, size: int = 1 << 16) -> bytes:
         return self.sock.recv(size)
 
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self) -> RawClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def dump_events(port: int, file: str, position: int, server_id: int, *, register: bool = True,
                 checksum: bool = True, connect_state: str | None = None, capability: int | None = 4,
@@ -437,11 +257,3 @@ def dump_events(port: int, file: str, position: int, server_id: int, *, register
             client.register_slave(server_id)
         client.start_dump(file, position, server_id, flags=0x01)
         return [event for raw in client.read_dump() for event in split_events(raw)]
-
-
-__all__ = [
-    "Event", "FIRST_FILE", "GTID_EVENT", "RawClient", "ServerError", "WriteLoad", "assert_healthy",
-    "assert_same_data", "attach_replica", "binlog_events", "binlog_settled", "dump_events", "gtid_origins",
-    "mixed_workload", "relay_factory", "replica_position", "split_events", "stored_events", "table_checksums",
-    "user_tables", "wait_binlog_settled", "wait_caught_up", "wait_replica_at",
-]

@@ -1,6 +1,7 @@
 """The copy check every mirror test relies on must itself catch differences."""
 
-from relay.storage.compare import IN_USE_FLAG_OFFSET, copy_differences
+from relay.sandbox.compare import copy_differences
+from relay.storage.files import IN_USE_FLAG_OFFSET
 from tests.support.binlogs import MARIADB_MIXED_BINLOG
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()

@@ -102,3 +102,17 @@ def test_the_check_sees_an_upward_import():
     rows = _layers()
     top, bottom = rows[0][1][0], rows[-1][1][0]
     assert _rank_of(top, rows)[0] > _rank_of(bottom, rows)[0]
+
+
+def test_only_the_demo_command_reaches_the_sandbox():
+    """relay/sandbox/ (the demo, throw-away servers, relay children, copy comparison) is for the demo
+    command, the tests and the benchmarks: no product module depends on it, and the cli imports it
+    inside its demo command only, so that no other command loads it."""
+    sandbox = "relay/sandbox/"
+    importers = [module for module in _modules() if not module.startswith(sandbox)
+                 and any(path.startswith(sandbox) for path in _imports(ROOT / module))]
+    assert importers == ["relay/cli.py"], importers
+    top_level = ast.parse((ROOT / "relay" / "cli.py").read_text()).body
+    eager = [node for node in top_level if isinstance(node, (ast.Import, ast.ImportFrom))
+             and "sandbox" in ast.unparse(node)]
+    assert not eager, [ast.unparse(node) for node in eager]

@@ -1,4 +1,5 @@
-"""Throw-away MariaDB servers on loopback: the launcher behind ``binlog-relay demo`` and the tests.
+"""Throw-away MariaDB servers on loopback: the launcher behind ``binlog-relay demo``, the tests
+and the benchmarks.
 
 Each server gets its own my.cnf and the same users (root@localhost/127.0.0.1/::1 without
 password, repl@'%' IDENTIFIED BY 'replpass' with REPLICATION SLAVE, REPLICATION CLIENT,
@@ -10,13 +11,14 @@ mariadb-install-db for every server (it takes seconds).
     server = LocalMariaDB(Path("/tmp/x"), server_id=1, extra_args=["--max-binlog-size=1M"])
     server.start()          # returns once the server answers over TCP; MariaDBNotInstalled if absent
     ... 127.0.0.1:server.port, root without password, repl/replpass ...
+    server.sql("SHOW MASTER STATUS")   # as root, rows as text; master_status(), change_master() ...
     server.stop()
 
 Programs are looked up in $PATH, /usr/sbin and /usr/bin; an environment variable named
 after the program (``MARIADBD``, ``MARIADB_INSTALL_DB``) overrides that search.
 
-Everything here is synchronous and needs no client library: the readiness check speaks the
-protocol through the relay's own sans-IO client over a blocking socket.
+Everything here is synchronous and needs no client library: the readiness check and ``sql``
+speak the protocol through the relay's own sans-IO client over a blocking socket (client.py).
 """
 
 from __future__ import annotations
@@ -25,38 +27,35 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-
-from .protocol.client import (
-    NEED_DATA,
-    AuthenticationError,
-    ClientConnection,
-    Connected,
-    ResultSet,
-    ServerError,
-)
-from .protocol.packets import ProtocolError
-
-T = TypeVar("T")
+from ..protocol.client import AuthenticationError
+from ..protocol.packets import ProtocolError, ServerError
+from ..protocol.resultset import ResultSet
+from .client import BlockingClient, Row
+from .errors import SandboxError, file_tail
+from .polling import POLL_INTERVAL
+from .ports import LOOPBACK, free_port, port_in_use
 
 ROOT_USER = "root"
 REPL_USER = "repl"
 REPL_PASSWORD = "replpass"
 START_TIMEOUT = float(os.environ.get("MARIADB_START_TIMEOUT", "60"))
 STOP_TIMEOUT = float(os.environ.get("MARIADB_STOP_TIMEOUT", "60"))
-POLL_INTERVAL = 0.05
+QUERY_TIMEOUT = 60.0
+READY_PROBE_TIMEOUT = 1.0
 ONE_GB = 1 << 30
 INNODB_LOG_FILE_SIZE = "128M"
 # Linux caps sun_path at 107 bytes; mariadbd refuses longer socket paths.
 MAX_SOCKET_PATH = 100
+
+USE_GTID_MODES = ("no", "slave_pos", "current_pos")
 
 REQUIRED_PROGRAMS = ("mariadbd", "mariadb-install-db")
 INSTALL_COMMAND = "apt-get install -y mariadb-server mariadb-client"
@@ -104,11 +103,11 @@ SERVER_OPTIONS: dict[str, str | None] = {
 _NOT_READY_ERRORS = (OSError, ProtocolError, ServerError, AuthenticationError)
 
 
-class MariaDBError(RuntimeError):
+class MariaDBError(SandboxError):
     """A server could not be started or stopped; the message carries its error.log tail."""
 
 
-class MariaDBNotInstalled(FileNotFoundError):
+class MariaDBNotInstalled(SandboxError, FileNotFoundError):
     """A MariaDB program is missing; the message says what to install."""
 
 
@@ -167,88 +166,6 @@ def _where_looked(name: str) -> str:
     return f"{name} not found in PATH, /usr/sbin or /usr/bin"
 
 
-# ---------------------------------------------------------------------------- helpers
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _timeout_message(message: str, timeout: float, last_error: BaseException | None) -> str:
-    suffix = f"; last error: {last_error!r}" if last_error is not None else ""
-    return f"{message} (not within {timeout:g} s{suffix})"
-
-
-def wait_for(
-    predicate: Callable[[], T],
-    timeout: float = 30.0,
-    message: str = "condition not met",
-    *,
-    ignore: tuple[type[BaseException], ...] = (),
-) -> T:
-    """Poll predicate every 50 ms until it returns a truthy value, and return that value.
-
-    Raises AssertionError(message) at the deadline. Exceptions listed in ``ignore`` count
-    as "not yet" (e.g. a connection error while a server restarts).
-    """
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while True:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except ignore as exc:
-            last_error = exc
-        if time.monotonic() >= deadline:
-            raise AssertionError(_timeout_message(message, timeout, last_error))
-        time.sleep(POLL_INTERVAL)
-
-
-def _tail(path: Path, offset: int = 0, lines: int = 40) -> str:
-    """The last lines of a log written since offset, for error messages."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            text = f.read().decode(errors="replace")
-    except OSError as exc:
-        return f"(cannot read {path}: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _blocking_query(
-    port: int, sql: str, timeout: float, user: str = ROOT_USER, password: str = ""
-) -> list[tuple[str | None, ...]]:
-    """One statement over TCP on a blocking socket, driving the relay's sans-IO client.
-
-    For the synchronous launcher only; trio code uses ``relay.upstream.connect``."""
-    protocol = ClientConnection(user, password)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        _next_event(sock, protocol, Connected)
-        protocol.query(sql)
-        result = _next_event(sock, protocol, object)
-        protocol.quit()
-        sock.sendall(protocol.data_to_send())
-    return list(result.rows) if isinstance(result, ResultSet) else []
-
-
-def _next_event(sock: socket.socket, protocol: ClientConnection, expected: type) -> object:
-    while (event := protocol.next_event()) is NEED_DATA:
-        outgoing = protocol.data_to_send()
-        if outgoing:
-            sock.sendall(outgoing)
-        data = sock.recv(1 << 16)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        protocol.receive_data(data)
-    if not isinstance(event, expected):
-        raise ProtocolError(f"expected {expected.__name__}, got {event!r}")
-    return event
-
-
 # --------------------------------------------------------------- template datadir
 
 _template_lock = threading.Lock()
@@ -294,6 +211,10 @@ def _install_datadir(root: Path) -> Path:
     datadir = root / "data"
     init_sql = root / "init-users.sql"
     init_sql.write_text(INIT_SQL)
+    # A tmpdir of its own: bootstraps running at once in a shared /tmp were seen to fail on each
+    # other's temporary tables ("Error on delete of '/tmp/#sql-temptable-...'").
+    tmpdir = root / "tmp"
+    tmpdir.mkdir(exist_ok=True)
     # --no-defaults: no log_bin during bootstrap, so nothing of the init lands in a binlog
     # and mysql-bin.000001 starts clean. (Bootstrap runs with grant tables off; the FLUSH
     # PRIVILEGES in INIT_SQL turns them on so CREATE USER / GRANT work.)
@@ -307,6 +228,7 @@ def _install_datadir(root: Path) -> Path:
         "--skip-name-resolve",
         f"--extra-file={init_sql}",
         f"--innodb-log-file-size={INNODB_LOG_FILE_SIZE}",
+        f"--tmpdir={tmpdir}",
     ]
     result = subprocess.run(
         cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
@@ -389,7 +311,7 @@ class LocalMariaDB:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.running else "stopped"
-        return (f"<{type(self).__name__} server_id={self.server_id} 127.0.0.1:{self.port} "
+        return (f"<{type(self).__name__} server_id={self.server_id} {LOOPBACK}:{self.port} "
                 f"{state} {self.base_dir}>")
 
     # --- paths
@@ -413,9 +335,14 @@ class LocalMariaDB:
     def binlog_path(self, name: str) -> Path:
         return self.binlog_dir / name
 
+    @property
+    def initialised(self) -> bool:
+        """Whether base_dir holds a datadir already (a start() then keeps its data and binlogs)."""
+        return (self.datadir / "mysql").is_dir()
+
     def error_log_tail(self, offset: int = 0, lines: int = 40) -> str:
         """The last lines of error.log written since offset, for error messages."""
-        return _tail(self.error_log, offset, lines)
+        return file_tail(self.error_log, offset, lines)
 
     def _choose_socket_path(self) -> Path:
         path = self.base_dir / "mysqld.sock"
@@ -442,6 +369,9 @@ class LocalMariaDB:
         if self.running:
             raise MariaDBError(f"{self!r} is already running")
         check_installed()
+        if port_in_use(self.port):
+            # Said now: otherwise the server fails to bind and the error.log is all there is.
+            raise MariaDBError(f"port {self.port} is already taken by another process; choose another port")
         self._prepare_dirs()
         log_offset = self.error_log.stat().st_size if self.error_log.exists() else 0
         self._launch()
@@ -466,12 +396,17 @@ class LocalMariaDB:
             self.extra_args = list(extra_args)
         self.start()
 
+    def destroy(self) -> None:
+        """stop(), then remove base_dir with the data."""
+        self.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
     def _prepare_dirs(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         (self.base_dir / "tmp").mkdir(exist_ok=True)
         if self._own_socket_dir is not None:
             self._own_socket_dir.mkdir(exist_ok=True)
-        if not (self.datadir / "mysql").is_dir():
+        if not self.initialised:
             _copy_datadir(template_datadir(), self.datadir)
         self.cnf_path.write_text(self._my_cnf())
 
@@ -540,7 +475,7 @@ class LocalMariaDB:
     def _is_ours(self) -> bool:
         """True when the server on our port is this one, not another process that took the
         port between free_port() and the bind (then ours fails to start and exits)."""
-        rows = _blocking_query(self.port, "SELECT @@datadir", timeout=1)
+        rows = self._statement("SELECT @@datadir", READY_PROBE_TIMEOUT)
         datadir = rows[0][0] if rows else None
         return datadir is not None and Path(datadir).resolve() == self.datadir.resolve()
 
@@ -560,3 +495,86 @@ class LocalMariaDB:
             _live_servers.discard(self)
         if self._own_socket_dir is not None:
             shutil.rmtree(self._own_socket_dir, ignore_errors=True)
+
+    # --- SQL as root (a new connection per statement; subclasses may keep connections)
+
+    def client(self, timeout: float = QUERY_TIMEOUT, user: str = ROOT_USER, password: str = "") -> BlockingClient:
+        """A new logged-in connection through the relay's own client; the caller closes it."""
+        return BlockingClient(self.port, user, password, timeout=timeout)
+
+    def sql(self, query: str) -> list[Row]:
+        """Run one statement as root and return its rows as text ([] for statements without any)."""
+        return self._statement(query, QUERY_TIMEOUT)
+
+    def _statement(self, query: str, timeout: float) -> list[Row]:
+        client = self.client(timeout)
+        try:
+            return client.rows(query)
+        finally:
+            client.quit()
+
+    def binlog_files(self) -> list[tuple[str, int]]:
+        """SHOW BINARY LOGS as [(name, size)], oldest first."""
+        return [(str(row[0]), int(row[1] or 0)) for row in self.sql("SHOW BINARY LOGS")]
+
+    def master_status(self) -> tuple[str, int]:
+        """(file, position) of SHOW MASTER STATUS: where the next event will be written."""
+        rows = self.sql("SHOW MASTER STATUS")
+        if not rows:
+            raise MariaDBError(f"{self!r}: SHOW MASTER STATUS is empty (binlog off?)")
+        return str(rows[0][0]), int(rows[0][1] or 0)
+
+    # --- as a replica
+
+    def change_master(
+        self,
+        host: str,
+        port: int,
+        user: str = REPL_USER,
+        password: str = REPL_PASSWORD,
+        log_file: str | None = None,
+        log_pos: int | None = None,
+        use_gtid: str = "no",
+        connect_retry: int = 1,
+        heartbeat_period: float | None = None,
+    ) -> None:
+        """CHANGE MASTER TO the given source. connect_retry defaults to 1 s (server default
+        60 s) so a replica reconnects promptly when its source restarts."""
+        if use_gtid not in USE_GTID_MODES:
+            raise ValueError(f"use_gtid must be one of {', '.join(USE_GTID_MODES)}, not {use_gtid!r}")
+        clauses = [
+            f"MASTER_HOST = {sql_string(host)}",
+            f"MASTER_PORT = {int(port)}",
+            f"MASTER_USER = {sql_string(user)}",
+            f"MASTER_PASSWORD = {sql_string(password)}",
+            f"MASTER_CONNECT_RETRY = {int(connect_retry)}",
+            f"MASTER_USE_GTID = {use_gtid}",
+        ]
+        if log_file is not None:
+            clauses.append(f"MASTER_LOG_FILE = {sql_string(log_file)}")
+        if log_pos is not None:
+            clauses.append(f"MASTER_LOG_POS = {int(log_pos)}")
+        if heartbeat_period is not None:
+            clauses.append(f"MASTER_HEARTBEAT_PERIOD = {float(heartbeat_period)}")
+        self.sql("CHANGE MASTER TO " + ", ".join(clauses))
+
+    def start_slave(self) -> None:
+        self.sql("START SLAVE")
+
+    def stop_slave(self) -> None:
+        self.sql("STOP SLAVE")
+
+    def slave_status(self) -> dict[str, Any]:
+        """SHOW SLAVE STATUS as a dict ({} when no replication is configured)."""
+        client = self.client()
+        try:
+            result = client.query("SHOW SLAVE STATUS")
+        finally:
+            client.quit()
+        rows = result.dicts() if isinstance(result, ResultSet) else []
+        return rows[0] if rows else {}
+
+
+def sql_string(text: str) -> str:
+    """A quoted SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -6,15 +6,17 @@ Everything lives in one temporary directory that is removed at the end. The piec
 
     primary -> relay (server_id 1001, metrics on 127.0.0.1) -> replica (server_id 2)
 
-    Demo.attach_replica  CHANGE MASTER TO the relay (mysql-bin.000001:4) and START SLAVE
+    attach_replica       CHANGE MASTER TO the relay (mysql-bin.000001:4) and START SLAVE (replication.py)
     Demo.write_rows      small transactions into demo.events, now and then a multi-row one
     Demo.status          one Status per refresh (positions, lag, files, metrics URL), shown by LiveView
     Demo.wait_caught_up  after the writes stop: the relay's committed end and the replica's
                          executed position reach the primary's
-    mirror_differences   the stored files against the primary's, byte for byte
+    mirror_differences   the stored files against the primary's, byte for byte (compare.py)
     Demo.data_differences  row counts and CHECKSUM TABLE demo.events, replica against primary
 
-To show more, add a component to Demo, a field to Status and its line in Status.fields().
+The servers are driven by the sandbox's synchronous helpers, in worker threads, while the relay
+runs in this process's trio loop.  To show more, add a component to Demo, a field to Status and
+its line in Status.fields().
 """
 
 from __future__ import annotations
@@ -25,41 +27,40 @@ import signal
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO, TypeVar
 
 import trio
 
-from .app import Relay
-from .config import Config, parse_config
-from .localdb import (
+from ..app import Relay
+from ..config import Config, parse_config
+from ..logs import setup_logging
+from ..protocol.packets import ServerError
+from ..storage.relaylog import RelayLog
+from ..trio_run import run_trio
+from .compare import mirror_differences
+from .mariadb import (
     REPL_PASSWORD,
     REPL_USER,
-    ROOT_USER,
     LocalMariaDB,
-    MariaDBError,
     MariaDBNotInstalled,
     check_installed,
     kill_quietly,
     set_template_parent,
+    sql_string,
 )
-from .logs import setup_logging
-from .protocol.packets import ServerError
-from .protocol.resultset import ResultSet
-from .storage.compare import copy_differences
-from .storage.relaylog import RelayLog
-from .trio_run import run_trio
-from .upstream import UpstreamSettings, connect
+from .ports import LOOPBACK
+from .replication import FIRST_FILE, attach_replica, is_stopped, replica_note, replica_position
 
 Position = tuple[str, int]
-Row = tuple[str | None, ...]
+T = TypeVar("T")
 
 PRIMARY_SERVER_ID = 1
 RELAY_SERVER_ID = 1001
 REPLICA_SERVER_ID = 2
-FIRST_FILE = "mysql-bin.000001"
-HOST = "127.0.0.1"
+HOST = LOOPBACK
 # The demo writes about 5 KB a second: a small max_binlog_size rotates the binlog every
 # second or two, so even a short run shows the relay following the primary across files.
 MAX_BINLOG_SIZE = 8 * 1024
@@ -70,7 +71,7 @@ REFRESH_INTERVAL = 1.0
 CATCH_UP_TIMEOUT = 30.0  # one deadline for the relay and the replica together
 CATCH_UP_POLL = 0.1
 VERIFY_ATTEMPTS = 3  # a comparison is retried when the primary moved meanwhile (a late BINLOG_CHECKPOINT)
-QUERY_TIMEOUT = 10.0
+DETACH_TIMEOUT = 10.0
 
 SCHEMA = (
     "CREATE DATABASE IF NOT EXISTS demo",
@@ -84,40 +85,10 @@ _WORDS = ("order", "payment", "login", "logout", "signup", "refund", "shipment",
           "cart", "invoice", "coupon", "upgrade", "search", "click", "comment", "export")
 
 
-# ------------------------------------------------------------------------ SQL
-
-
-async def sql_result(host: str, port: int, user: str, password: str, query: str) -> ResultSet | None:
-    """Run one statement on a new connection; its result set (None for statements without).
-
-    Uses the relay's own protocol client (the product has no other one)."""
-    settings = UpstreamSettings(host=host, port=port, user=user, password=password,
-                                relay_server_id=0, connect_timeout=QUERY_TIMEOUT)
-    with trio.fail_after(QUERY_TIMEOUT):
-        conn = await connect(settings)
-        try:
-            result = await conn.query(query)
-            conn.protocol.quit()  # a polite goodbye keeps "Aborted connection" out of error.log
-            await conn.flush()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(conn.stream)
-    return result if isinstance(result, ResultSet) else None
-
-
-async def sql(host: str, port: int, user: str, password: str, query: str) -> list[Row]:
-    """Run one statement on a new connection and return its rows ([] for statements without)."""
-    result = await sql_result(host, port, user, password, query)
-    return list(result.rows) if result is not None else []
-
-
-def sql_string(text: str) -> str:
-    """A quoted SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _position(row: Row) -> Position:
-    return str(row[0]), int(row[1] or 0)
+async def in_thread(function: Callable[..., T], *args: Any) -> T:
+    """A blocking call of the sandbox (a statement, SHOW SLAVE STATUS) off the trio loop, so that the
+    relay running in that loop keeps moving meanwhile."""
+    return await trio.to_thread.run_sync(function, *args)
 
 
 # ------------------------------------------------------------------- the view
@@ -228,42 +199,22 @@ class Demo:
     def metrics_url(self) -> str:
         return f"http://{self.relay.config.metrics.host}:{self.relay.http.port}/metrics"
 
-    async def primary_sql(self, query: str) -> list[Row]:
-        return await sql(HOST, self.primary.port, ROOT_USER, "", query)
-
-    async def replica_sql(self, query: str) -> list[Row]:
-        return await sql(HOST, self.replica.port, ROOT_USER, "", query)
-
     async def master_status(self) -> Position:
-        rows = await self.primary_sql("SHOW MASTER STATUS")
-        if not rows:
-            raise MariaDBError("SHOW MASTER STATUS on the primary is empty (binlog off?)")
-        return _position(rows[0])
-
-    async def binary_logs(self) -> list[Position]:
-        """SHOW BINARY LOGS as [(name, size)], oldest first."""
-        return [_position(row) for row in await self.primary_sql("SHOW BINARY LOGS")]
+        return await in_thread(self.primary.master_status)
 
     # --- the replica
 
     async def attach_replica(self) -> None:
         """Point the replica at the relay, from the first file, and start it."""
-        await self.replica_sql(
-            f"CHANGE MASTER TO MASTER_HOST = {sql_string(HOST)}, MASTER_PORT = {self.relay.downstream.port},"
-            f" MASTER_USER = {sql_string(REPL_USER)}, MASTER_PASSWORD = {sql_string(REPL_PASSWORD)},"
-            f" MASTER_CONNECT_RETRY = 1, MASTER_USE_GTID = no,"
-            f" MASTER_LOG_FILE = {sql_string(FIRST_FILE)}, MASTER_LOG_POS = 4")
-        await self.replica_sql("START SLAVE")
+        await in_thread(attach_replica, self.replica, self.relay.downstream.port)
 
     async def detach_replica(self) -> None:
         """STOP SLAVE, so the replica does not retry the relay while everything shuts down."""
-        await self.replica_sql("STOP SLAVE")
+        await in_thread(self.replica.stop_slave)
 
-    async def slave_status(self) -> dict[str, str | None]:
+    async def slave_status(self) -> dict[str, Any]:
         """SHOW SLAVE STATUS as a dict ({} before CHANGE MASTER)."""
-        result = await sql_result(HOST, self.replica.port, ROOT_USER, "", "SHOW SLAVE STATUS")
-        rows = result.dicts() if result is not None else []
-        return rows[0] if rows else {}
+        return await in_thread(self.replica.slave_status)
 
     # --- the load
 
@@ -277,7 +228,7 @@ class Demo:
             count = rng.randint(*MULTI_ROW_COUNT) if multi_row else 1
             values = ", ".join(f"({sql_string(_message(rng, self.rows_written + i + 1))})"
                                for i in range(count))
-            await self.primary_sql(f"INSERT INTO demo.events (message) VALUES {values}")
+            await in_thread(self.primary.sql, f"INSERT INTO demo.events (message) VALUES {values}")
             self.rows_written += count
             transactions += 1
             with trio.move_on_after(WRITE_INTERVAL):
@@ -292,8 +243,8 @@ class Demo:
         committed = self.relay_log.committed
         relay_files = [(name, self.relay_log.file_end(name)) for name in self.relay_log.files]
         primary = await self.master_status()
-        logs = await self.binary_logs()
-        replica = _replica_position(slave)
+        logs = await in_thread(self.primary.binlog_files)
+        replica = replica_position(slave)
         return Status(
             elapsed=trio.current_time() - self.started,
             rows_written=self.rows_written,
@@ -302,7 +253,7 @@ class Demo:
             relay_lag_bytes=lag_bytes(logs, committed),
             replica=replica,
             replica_lag_bytes=lag_bytes(relay_files, replica),
-            replica_note=_replica_note(slave),
+            replica_note=replica_note(slave),
             files_stored=len(relay_files),
             bytes_stored=sum(size for _, size in relay_files),
             metrics_url=self.metrics_url,
@@ -319,7 +270,10 @@ class Demo:
 
     async def wait_caught_up(self, timeout: float = CATCH_UP_TIMEOUT) -> tuple[Status | None, str | None]:
         """(the status, None) once the relay's committed end and the replica's executed
-        position are the primary's position; else (the last status, what is wrong)."""
+        position are the primary's position; else (the last status, what is wrong).
+
+        Not replication.wait_caught_up: this one also waits for the relay in this process, says
+        which of the two lags, and stays in trio, so that Ctrl-C ends it at once."""
         status: Status | None = None
         with trio.move_on_after(timeout):
             while True:
@@ -327,8 +281,8 @@ class Demo:
                 if status.caught_up:
                     return status, None
                 slave = await self.slave_status()
-                if "No" in (slave.get("Slave_IO_Running"), slave.get("Slave_SQL_Running")):
-                    return status, f"the replica stopped replicating: {_replica_note(slave)}"
+                if is_stopped(slave):
+                    return status, f"the replica stopped replicating: {replica_note(slave)}"
                 await trio.sleep(CATCH_UP_POLL)
         if status is None:
             return None, f"no status within {timeout:g} s"
@@ -359,17 +313,17 @@ class Demo:
                              f"bytes) and the replica matches it ({self.rows_written} rows)"), status
 
     async def differences(self) -> list[str]:
-        primary_files = [name for name, _ in await self.binary_logs()]
-        return mirror_differences(self.primary, primary_files, self.relay_log) + await self.data_differences()
+        copies = await in_thread(mirror_differences, self.primary, self.relay_log.data_dir)
+        return copies + await self.data_differences()
 
     async def data_differences(self) -> list[str]:
         """Row counts (against what the writer wrote) and CHECKSUM TABLE, replica against primary."""
         problems = []
         facts: dict[str, tuple[int, str | None]] = {}
-        for name, run in (("primary", self.primary_sql), ("replica", self.replica_sql)):
+        for name, server in (("primary", self.primary), ("replica", self.replica)):
             try:
-                counted = int((await run("SELECT COUNT(*) FROM demo.events"))[0][0] or 0)
-                checksum = (await run("CHECKSUM TABLE demo.events"))[0][1]
+                counted = int((await in_thread(server.sql, "SELECT COUNT(*) FROM demo.events"))[0][0] or 0)
+                checksum = (await in_thread(server.sql, "CHECKSUM TABLE demo.events"))[0][1]
             except ServerError as err:
                 problems.append(f"the {name}: {err}")
                 continue
@@ -380,23 +334,6 @@ class Demo:
             problems.append(f"CHECKSUM TABLE demo.events differs: primary {facts['primary'][1]}, "
                             f"replica {facts['replica'][1]}")
         return problems
-
-
-def _replica_position(slave: dict[str, str | None]) -> Position | None:
-    name = slave.get("Relay_Master_Log_File")
-    return (name, int(slave.get("Exec_Master_Log_Pos") or 0)) if name else None
-
-
-def _replica_note(slave: dict[str, str | None]) -> str:
-    """"" while both threads run, else their state (and the last error, if any)."""
-    if not slave:
-        return "not replicating"
-    io, sql_thread = slave.get("Slave_IO_Running"), slave.get("Slave_SQL_Running")
-    if io == "Yes" and sql_thread == "Yes":
-        return ""
-    note = f"IO thread {io}, SQL thread {sql_thread}"
-    errors = [slave.get(key) for key in ("Last_IO_Error", "Last_SQL_Error") if slave.get(key)]
-    return note + "".join(f": {error}" for error in errors)
 
 
 def _message(rng: random.Random, number: int) -> str:
@@ -412,13 +349,6 @@ def lag_bytes(primary_logs: list[Position], committed: Position | None) -> int:
     current = names.index(committed[0])
     behind_in_file = max(primary_logs[current][1] - committed[1], 0)
     return behind_in_file + sum(size for _, size in primary_logs[current + 1:])
-
-
-def mirror_differences(primary: LocalMariaDB, primary_files: list[str], relay_log: RelayLog) -> list[str]:
-    """What differs between the primary's binlog files and the relay's copies ([] = a mirror)."""
-    if relay_log.files != primary_files:
-        return [f"the relay stored {relay_log.files}, the primary has {primary_files}"]
-    return copy_differences([primary.binlog_path(name) for name in primary_files], relay_log.data_dir)
 
 
 # ------------------------------------------------------------------- running it
@@ -448,7 +378,7 @@ async def wait_for_stop(seconds: float | None, stop: trio.Event) -> None:
 async def run_with_servers(primary: LocalMariaDB, replica: LocalMariaDB, work_dir: Path,
                            seconds: float | None, out: TextIO) -> Verdict:
     for statement in SCHEMA:
-        await sql(HOST, primary.port, ROOT_USER, "", statement)
+        await in_thread(primary.sql, statement)
     relay = Relay(relay_config(work_dir / "relay", primary.port))
     async with trio.open_nursery() as relay_nursery:
         await relay_nursery.start(relay.run)
@@ -473,7 +403,7 @@ async def run_with_servers(primary: LocalMariaDB, replica: LocalMariaDB, work_di
         verdict, final = await demo.verdict()
         view.show(final if final is not None else await demo.status())
         view.keep()
-        with trio.move_on_after(QUERY_TIMEOUT):
+        with trio.move_on_after(DETACH_TIMEOUT):
             await demo.detach_replica()
         relay_nursery.cancel_scope.cancel()
     return verdict
