@@ -21,6 +21,7 @@ from ..binlog import events as ev
 from ..binlog.changes import GtidRange
 from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.groups import GroupTracker
+from ..errors import FatalError
 from ..storage.files import DataDirError
 from ..storage.index import read_index, valid_binlog_name
 from ..storage.scan import iter_events
@@ -29,7 +30,7 @@ from ..storage.state import read_state
 DEFAULT_SPLIT_BYTES = 64 << 20
 
 
-class PlanError(ValueError):
+class PlanError(FatalError, ValueError):
     """Bad options, or a data_dir that cannot be read as asked."""
 
 
