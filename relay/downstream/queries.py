@@ -56,7 +56,7 @@ class ServerFacts:
     gtid_domain_id: int
     master_status: Callable[[], tuple[str, int, str]]  # file, position, executed GTID set
     binary_logs: Callable[[], list[tuple[str, int]]]
-    slave_hosts: Callable[[], list[tuple[int, str, int, int]]]  # server_id, host, port, master_id
+    slave_hosts: Callable[[], list[tuple[int, str, int, int, str]]]  # server_id, host, port, master_id, uuid
     binlog_gtid_pos: Callable[[str, int], str | None]
     gtid_binlog_pos: Callable[[], str]
     # The relay asks its semi-sync replicas for ACKs (semi_sync.wait_for_replicas): it then shows
@@ -282,11 +282,22 @@ def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
     if lowered in ("show binary logs", "show master logs"):
         return Rows(("Log_name", "File_size"), tuple(server.binary_logs()))
     if lowered in ("show slave hosts", "show replicas", "show replica hosts"):
-        return Rows(("Server_id", "Host", "Port", "Master_id"), tuple(server.slave_hosts()))
+        return _replicas(lowered, server)
     match = _SHOW_VARIABLES.match(" ".join(text.split()))
     if match:
         return _show_variables(match.group(1), match.group(2), server)
     return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+def _replicas(lowered: str, server: ServerFacts) -> Rows:
+    hosts = server.slave_hosts()
+    if server.is_mariadb:
+        return Rows(("Server_id", "Host", "Port", "Master_id"), tuple(row[:4] for row in hosts))
+    # MySQL (rpl_source.cc show_replicas) adds the replica's UUID; the old statement gets the
+    # old words for the same columns.
+    if lowered == "show replicas":
+        return Rows(("Server_Id", "Host", "Port", "Source_Id", "Replica_UUID"), tuple(hosts))
+    return Rows(("Server_Id", "Host", "Port", "Master_Id", "Slave_UUID"), tuple(hosts))
 
 
 def _show_variables(kind: str | None, pattern: str | None, server: ServerFacts) -> Rows:

@@ -15,6 +15,7 @@ class Replica:
     host: str
     port: int
     user: str
+    uuid: str = ""  # @replica_uuid / @slave_uuid, which MySQL replicas set before registering
     registered_at: float = field(default_factory=time.time)
 
 
@@ -83,8 +84,8 @@ class Registry:
     def files_in_use(self) -> set[str]:
         return {dump.file for dump in self.all_dumps if dump.file}
 
-    def slave_hosts(self, relay_server_id: int) -> list[tuple[int, str, int, int]]:
-        return [(r.server_id, r.host, r.port, relay_server_id) for r in self.replicas.values()
+    def slave_hosts(self, relay_server_id: int) -> list[tuple[int, str, int, int, str]]:
+        return [(r.server_id, r.host, r.port, relay_server_id, r.uuid) for r in self.replicas.values()
                 if r.server_id in self.dumps]
 
     def session_state(self, old: str | None, new: str | None) -> None:

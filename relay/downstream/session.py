@@ -157,7 +157,9 @@ class _Session:
             self.conn.send_error(ER_MASTER_FATAL_ERROR_READING_BINLOG, same_id_message(event.server_id))
             return
         host = event.host or self.peer.rsplit(":", 1)[0]
-        self.context.registry.register(Replica(event.server_id, host, event.port, self.user))
+        variables = self.variables.values
+        uuid = str(variables.get("replica_uuid", variables.get("slave_uuid", "")) or "")
+        self.context.registry.register(Replica(event.server_id, host, event.port, self.user, uuid))
         self.registered_server_id = event.server_id
         self.conn.send_ok()
 

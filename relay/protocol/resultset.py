@@ -92,11 +92,20 @@ def build_row(values: tuple[object, ...] | list[object]) -> bytes:
     return b"".join(parts)
 
 
+def _column_type(rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...], index: int) -> tuple[int, int]:
+    """A column of integers is typed as a server types one (clients such as PyMySQL then return
+    ints); anything else is text."""
+    values = [row[index] for row in rows]
+    if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return TYPE_LONGLONG, CHARSET_BINARY
+    return TYPE_VAR_STRING, CHARSET_UTF8
+
+
 def build_result_set(columns: list[str] | tuple[str, ...],
                      rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...]) -> list[bytes]:
     """Payloads of a complete text result set (to be framed with consecutive seq ids)."""
     payloads = [lenenc_int(len(columns))]
-    payloads.extend(build_column(name) for name in columns)
+    payloads.extend(build_column(name, *_column_type(rows, i)) for i, name in enumerate(columns))
     payloads.append(build_eof())
     payloads.extend(build_row(row) for row in rows)
     payloads.append(build_eof())

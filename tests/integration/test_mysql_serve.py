@@ -6,8 +6,8 @@ parser checks what the relay sends."""
 
 from __future__ import annotations
 
-import json
-import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,27 +17,24 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent
 
-from relay.binlog import events as ev
-from tests.support.binlogs import file_events
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import free_port
+from relay.sandbox.relayprocess import RelayProcess, relay_config
 from tests.support.certs import make_certs
-from tests.support.mariadb import REPL_PASSWORD, REPL_USER, free_port, wait_for
-from tests.support.relay import RelayProcess, relay_config
 
 MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
 SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transactions: SOURCE:1-5
 
 
 def _serve(tmp_path: Path, fixture: str, **overrides) -> RelayProcess:
-    """A relay whose data_dir holds one MySQL-written file (its upstream unreachable)."""
+    """A relay whose data_dir was seeded by ``binlog-relay import`` with one MySQL-written file
+    (its upstream unreachable: it serves what it imported)."""
     data_dir = tmp_path / "data"
-    data_dir.mkdir(parents=True)
-    shutil.copy(MYSQL / fixture, data_dir / fixture)
-    (data_dir / "binlog.index").write_text(f"./{fixture}\n")
-    fde = ev.parse_format_description(file_events((MYSQL / fixture).read_bytes())[0][1])
-    (data_dir / "relay-state.json").write_text(json.dumps({
-        "version": 1, "upstream_server_id": int.from_bytes(file_events((MYSQL / fixture).read_bytes())[0][1][5:9],
-                                                           "little"),
-        "upstream_version": fde.server_version, "checkpoint": None}))
+    imported = subprocess.run([sys.executable, "-m", "relay.cli", "import", "--data-dir", str(data_dir),
+                               str(MYSQL / fixture)], capture_output=True, text=True, timeout=60)
+    assert imported.returncode == 0, imported.stderr
+    assert (data_dir / fixture).read_bytes() == (MYSQL / fixture).read_bytes()
     relay = RelayProcess(tmp_path, relay_config(data_dir, free_port(), **overrides))
     relay.start()
     relay.wait_listening()
@@ -63,6 +60,29 @@ def test_only_the_transactions_outside_the_replicas_set_are_sent(tmp_path):
         assert _gtids_read(relay, other) == [f"{SOURCE}:{n}" for n in range(1, 6)]
         assert _gtids_read(relay, f"{SOURCE}:1-5") == []
     finally:
+        assert relay.stop() == 0
+
+
+def test_show_replicas_lists_a_mysql_replica_with_its_uuid(tmp_path):
+    relay = _serve(tmp_path, "binlog-invisible-columns.000001")
+    replica_uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": relay.port, "user": REPL_USER, "password": REPL_PASSWORD},
+        server_id=77, auto_position=f"{SOURCE}:1-2", blocking=True, only_events=[GtidEvent],
+        report_slave="replica-a", slave_uuid=replica_uuid)
+    try:
+        assert reader.fetchone().gtid == f"{SOURCE}:3"  # registered and dumping
+        conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SHOW REPLICAS")
+                assert [d[0] for d in cursor.description] == ["Server_Id", "Host", "Port", "Source_Id",
+                                                              "Replica_UUID"]
+                assert cursor.fetchall() == ((77, "replica-a", 0, 1001, replica_uuid),)
+        finally:
+            conn.close()
+    finally:
+        reader.close()
         assert relay.stop() == 0
 
 

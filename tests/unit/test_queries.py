@@ -13,7 +13,7 @@ def _facts(is_mariadb: bool = True, **changes) -> ServerFacts:
         server_uuid="6a1e3c9e-0000-5000-8000-000000001001", binlog_checksum="CRC32", is_mariadb=is_mariadb,
         gtid_domain_id=0, master_status=lambda: ("mysql-bin.000003", 1234, ""),
         binary_logs=lambda: [("mysql-bin.000002", 500), ("mysql-bin.000003", 1234)],
-        slave_hosts=lambda: [(11, "replica-a", 3306, 1001)],
+        slave_hosts=lambda: [(11, "replica-a", 3306, 1001, "")],
         binlog_gtid_pos=lambda name, pos: "0-1-7" if name == "mysql-bin.000003" else None,
         gtid_binlog_pos=lambda: "0-1-9")
     return ServerFacts(**{**base, **changes})
@@ -78,3 +78,12 @@ def test_a_mysql_history_shows_its_gtid_set_and_gtid_mode():
         ("File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB", "Executed_Gtid_Set"),
         (("binlog.000001", 1800, "", "", executed),))
     assert _ask("SELECT @@GLOBAL.GTID_MODE", is_mariadb=False) == Rows(("@@GLOBAL.GTID_MODE",), (("OFF",),))
+
+
+def test_a_mysql_history_shows_its_replicas_with_their_uuids():
+    uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    mysql = dict(is_mariadb=False, slave_hosts=lambda: [(11, "replica-a", 3306, 1001, uuid)])
+    assert _ask("SHOW REPLICAS", **mysql) == Rows(("Server_Id", "Host", "Port", "Source_Id", "Replica_UUID"),
+                                                  ((11, "replica-a", 3306, 1001, uuid),))
+    assert _ask("SHOW SLAVE HOSTS", **mysql) == Rows(("Server_Id", "Host", "Port", "Master_Id", "Slave_UUID"),
+                                                     ((11, "replica-a", 3306, 1001, uuid),))
