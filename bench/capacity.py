@@ -5,7 +5,7 @@ primary handing out the same binlog to the same client.
     python3 -m bench.capacity [--clients 1,10,50,100] [--rounds 3] [--reuse] [--json PATH]
 
 ``mariadb-binlog`` (bench/serve.py) spends most of its time in one write() per event, so it
-measures itself more than the server.  Here each client is a thread of this process speaking the
+measures itself more than the server.  Here each client (bench/rawclient.py) is a thread of this process speaking the
 dump protocol on a blocking socket: it logs in with the relay's own sans-IO client
 (``relay.protocol.client``), declares CRC32 checksums, asks for a non-blocking COM_BINLOG_DUMP (with
 annotations, as a replica asks) of the whole binlog (first file, position 4) and then ``recv_into``s a 1 MiB buffer until it has the
@@ -24,107 +24,40 @@ before each run), the clients' CPU (this process).  Ratio: relay / primary aggre
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import signal
-import socket
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from relay.localdb import _next_event
-from relay.protocol.client import ClientConnection, Connected
+from relay.sandbox.mariadb import LocalMariaDB
+from relay.sandbox.procfs import status_kib
+from relay.sandbox.relayprocess import RelayProcess
 
-from .common import (GOAL_RATIO, MIB, REPL_PASSWORD, REPL_USER, BenchError, Sandbox, log, machine_info, median,
-                     mib, primary_binlogs, require_programs, table, vm_hwm_kib)
-from .ingest import EVENT_CACHE, finish_primary, prepare_primary
-from .serve import PRIMARY, RELAY, RelayProcess, cpu_seconds, git_commit, reset_peak_rss, vm_rss_kib
+from .common import (GOAL_RATIO, PRIMARY, RELAY, BenchError, add_primary_options, cpu_seconds, git_commit, log,
+                     machine_info, median, mib, print_results, require_programs, reset_peak_rss, run_main,
+                     server_version, start_bench_relay, stop_relay, table, wait_stored)
+from .ingest import finish_primary, measured_binlog, prepare_primary
+from .rawclient import parsed_download, raw_download
 
-DUMP_NON_BLOCK = 0x01
-DUMP_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: without it ANNOTATE_ROWS events are left out, as a replica gets them
-DUMP_FLAGS = DUMP_NON_BLOCK | DUMP_SEND_ANNOTATE_ROWS
-BUFFER = 1 << 20
-EOF_TAIL = 9  # 05 00 00 seq | fe warnings(2) status(2): the packet that ends a non-blocking dump
 GIB = 1 << 30
 
 
-def _login(port: int) -> tuple[socket.socket, ClientConnection]:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=120)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    protocol = ClientConnection(REPL_USER, REPL_PASSWORD)
-    _next_event(sock, protocol, Connected)
-    for sql in ("SET @master_binlog_checksum = 'CRC32'", "SET @mariadb_slave_capability = 4"):
-        protocol.query(sql)
-        _next_event(sock, protocol, object)
-    return sock, protocol
-
-
-def parsed_download(port: int, server_id: int) -> dict[str, int]:
-    """One download that parses every packet: the bytes on the wire and the events, checked."""
-    sock, protocol = _login(port)
-    with sock:
-        protocol.binlog_dump("", 4, server_id, DUMP_FLAGS)
-        sock.sendall(protocol.data_to_send())
-        wire = events = 0
-        types: dict[int, int] = {}
-        while True:
-            data = sock.recv(BUFFER)
-            if not data:
-                raise BenchError(f"port {port} closed the dump before its EOF packet")
-            wire += len(data)
-            protocol.receive_data(data)
-            for payload in protocol.read_binlog_packets():
-                if payload[0] == 0xFE and len(payload) < 9:
-                    return {"wire_bytes": wire, "events": events, "types": types}  # type: ignore[dict-item]
-                if payload[0] != 0x00:
-                    raise BenchError(f"port {port} sent a packet that is no event: {bytes(payload[:60])!r}")
-                events += 1
-                types[payload[5]] = types.get(payload[5], 0) + 1
-
-
-def raw_download(port: int, server_id: int, wire_bytes: int, start: threading.Barrier, out: dict[str, Any]) -> None:
-    """The timed client: log in, dump, read ``wire_bytes`` into one buffer, check the EOF at the end."""
-    try:
-        sock, protocol = _login(port)
-        with sock:
-            protocol.binlog_dump("", 4, server_id, DUMP_FLAGS)
-            request = protocol.data_to_send()
-            buffer = memoryview(bytearray(BUFFER))
-            recv_into = sock.recv_into
-            start.wait()
-            sock.sendall(request)
-            total = 0
-            last = b""
-            while total < wire_bytes:
-                n = recv_into(buffer)
-                if not n:
-                    raise BenchError(f"port {port} closed the dump after {total} of {wire_bytes} bytes")
-                total += n
-                last = bytes(buffer[max(0, n - EOF_TAIL) : n]) if n >= EOF_TAIL else (last + bytes(buffer[:n]))[-EOF_TAIL:]
-            out["end"] = time.perf_counter()
-            if total != wire_bytes or last[:3] != b"\x05\x00\x00" or last[4] != 0xFE:
-                raise BenchError(f"port {port}: {total} bytes (want {wire_bytes}) ending in {last!r}, not an EOF packet")
-    except BaseException as exc:  # reported by the caller, which joins every thread
-        out["error"] = exc
-
-
 class Capacity:
-    def __init__(self, args: argparse.Namespace, sandbox: Sandbox, relay: RelayProcess, binlog_bytes: int) -> None:
+    def __init__(self, args: argparse.Namespace, primary: LocalMariaDB, relay: RelayProcess, binlog_bytes: int) -> None:
         self.args = args
-        self.sandbox = sandbox
+        self.primary = primary
         self.relay = relay
         self.binlog_bytes = binlog_bytes
         self.wire: dict[str, int] = {}
         self.server_ids = iter(range(5000, 10**6))
 
     def port(self, source: str) -> int:
-        return self.relay.listen_port if source == RELAY else self.sandbox.port
+        return self.relay.port if source == RELAY else self.primary.port
 
     def server_pid(self, source: str) -> int:
-        pid = self.relay.pid if source == RELAY else self.sandbox.server.pid
+        pid = self.relay.pid if source == RELAY else self.primary.pid
         if pid is None:
             raise BenchError(f"the {source} is not running")
         return pid
@@ -178,7 +111,7 @@ class Capacity:
             "first_done_s": min(o["end"] for o in outs) - started,
             "server_cpu_s": server_cpu, "server_cpu_s_per_gib": server_cpu / (served / GIB),
             "client_cpu_s": (mine_after.user - mine_before.user) + (mine_after.system - mine_before.system),
-            "relay_peak_rss_mib": vm_hwm_kib(pid) / 1024 if source == RELAY else None,
+            "relay_peak_rss_mib": status_kib(pid, "VmHWM") / 1024 if source == RELAY else None,
         }
 
 
@@ -209,21 +142,18 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     require_programs("mariadbd", "mariadb")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox: Sandbox | None = None
+    primary: LocalMariaDB | None = None
     relay: RelayProcess | None = None
     try:
-        sandbox = prepare_primary(args)
-        files = primary_binlogs(sandbox, cache=sandbox.dir / EVENT_CACHE)
+        primary = prepare_primary(args)
+        files = measured_binlog(args, primary)
         total = sum(f.size for f in files)
         events = sum(f.events for f in files)
-        if total < args.min_mb * MIB:
-            raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
-        relay = RelayProcess(workdir, sandbox.port, 0, 0, "WARNING")
-        relay.start()
-        ingest_s = relay.wait_stored(files, args.timeout)
+        relay = start_bench_relay(workdir, primary.port)
+        ingest_s = wait_stored(relay, files, args.timeout)
         log(f"the relay stored {mib(total):.1f} MiB in {ingest_s:.1f} s; binlog {len(files)} files, "
-            f"{events:,} events; RSS {vm_rss_kib(relay.pid) / 1024:.0f} MiB")
-        bench = Capacity(args, sandbox, relay, total)
+            f"{events:,} events; RSS {status_kib(relay.pid, 'VmRSS') / 1024:.0f} MiB")
+        bench = Capacity(args, primary, relay, total)
         calibration = bench.calibrate(events)
         runs: list[dict[str, Any]] = []
         for clients in args.clients:
@@ -236,15 +166,13 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     log(f"{clients:3d} client(s) from the {source:7s} (round {round_no}): {record['seconds']:.2f} s, "
                         f"{record['aggregate_mib_per_s']:.0f} MiB/s, server CPU {record['server_cpu_s_per_gib']:.2f} s/GiB"
                         + (f", peak RSS {rss:.0f} MiB" if rss else ""))
-        return {"primary": {"version": sandbox.version()}, "relay": {"commit": git_commit(), "ingest_s": ingest_s},
+        return {"primary": {"version": server_version(primary)}, "relay": {"commit": git_commit(), "ingest_s": ingest_s},
                 "binlog": {"files": len(files), "bytes": total, "mib": mib(total), "events": events},
                 "calibration": calibration, "machine": machine_info(), "rounds": args.rounds,
                 "clients": args.clients, "runs": runs, "summary": summarize(runs, args.clients)}
     finally:
-        if relay is not None:
-            relay.stop()
-            shutil.rmtree(relay.data_dir, ignore_errors=True)
-        finish_primary(args, sandbox)
+        stop_relay(relay)
+        finish_primary(args, primary)
 
 
 def report(results: dict[str, Any]) -> str:
@@ -276,19 +204,10 @@ def report(results: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.capacity", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_primary_options(p, size_mb=300, min_mb=100, max_binlog_size="128M", port=26316, name="benchcap")
     p.add_argument("--clients", default="1,10,50,100", help="client counts, comma-separated")
     p.add_argument("--rounds", type=int, default=3, help="runs per source and client count, alternating")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--reuse", action="store_true", help="reuse the sandbox primary of an earlier --reuse run")
-    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end")
-    p.add_argument("--size-mb", type=float, default=300, help="MiB of binlog to generate for a new primary")
-    p.add_argument("--fill", choices=["sysbench", "sql"], default="sysbench",
-                   help="how a new primary is filled (sql: a few plain INSERTs, for smoke runs)")
-    p.add_argument("--min-mb", type=float, default=100, help="refuse to measure a smaller binlog (MiB)")
-    p.add_argument("--max-binlog-size", default="128M", help="the primary's max_binlog_size")
-    p.add_argument("--port", type=int, default=26316, help="the sandbox primary's port")
-    p.add_argument("--name", default="benchcap", help="the sandbox's name")
-    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/capacity", help="the relay's data_dir, config, log")
     p.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
     args = p.parse_args(argv)
@@ -298,26 +217,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        results = run_benchmark(args)
-    except BenchError as exc:
-        log(f"benchmark failed: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    print(report(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-        log(f"results written to {args.json}")
-    return 0
+    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,24 @@
-"""Shared helpers for the benchmarks: a sandbox primary, binlog walking and checking,
-measured child processes, statistics and tables.
+"""Shared helpers for the benchmarks: filling the sandbox primary, binlog walking and checking,
+the relay child's progress, measured child processes, /proc figures, profiles, statistics and
+tables.
 
 The primary is a throw-away MariaDB server started by the project's own launcher
-(``relay.localdb``, the one the tests use) and filled by sysbench oltp_write_only.  Everything
-here is synchronous; of the relay, the benchmark's parent process imports only that launcher
-(stdlib and the sans-IO protocol client), never the code it measures.
+(``relay.sandbox.mariadb``, the one the tests and the demo use) and filled by sysbench
+oltp_write_only; the relay is ``binlog-relay run`` in a child process
+(``relay.sandbox.relayprocess``).  Everything here is synchronous; of the relay, the benchmark's
+parent process imports only the sandbox (stdlib and the sans-IO protocol client), never the code
+it measures.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import mmap
 import os
 import platform
-import re
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -24,28 +26,68 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from relay.localdb import LocalMariaDB, MariaDBNotInstalled
+from relay.sandbox.binlogfiles import BINLOG_MAGIC, HEADER_LEN
+from relay.sandbox.compare import mirror_file_differences
+from relay.sandbox.errors import SandboxError, WaitTimeout
+from relay.sandbox.mariadb import LocalMariaDB
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import LOOPBACK, free_port
+from relay.sandbox.procfs import status_kib
+from relay.sandbox.relayprocess import RELAY_SERVER_ID, RelayProcess, http_get, start_relay
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 
-REPL_USER = "repl"
-REPL_PASSWORD = "replpass"
-
-BINLOG_MAGIC = b"\xfebin"
-HEADER_LEN = 19
 MARIADB_BINLOG = "mariadb-binlog"
-RELAY_SERVER_ID = 1001
+PRIMARY_SERVER_ID = 1
+RELAY = "relay"
+PRIMARY = "primary"
 GOAL_RATIO = 1.0  # docs/architecture.md: the relay must never be the slowest link
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _LENGTH = struct.Struct("<I")
 
 
 class BenchError(Exception):
     """The benchmark cannot go on (or its result would be wrong); the message says why."""
+
+
+# What ends a benchmark with its message rather than a traceback: its own errors, and the sandbox's
+# (a server that does not start, a relay that exits, a wait past its deadline).
+STOPS_A_BENCHMARK = (BenchError, SandboxError)
+
+
+def run_main(run: Callable[[], dict[str, Any]], finish: Callable[[dict[str, Any]], None]) -> int:
+    """A benchmark's command line: ``run`` it, then ``finish`` with its results (print, write).  1 with
+    the reason when it cannot go on, 130 when interrupted; SIGTERM interrupts as Ctrl-C does, so that
+    the relay and the primary are stopped on the way out."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        results = run()
+    except STOPS_A_BENCHMARK as exc:
+        log(f"benchmark failed: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finish(results)
+    return 0
+
+
+def print_results(args: argparse.Namespace, report: Callable[[dict[str, Any]], str], results: dict[str, Any]) -> None:
+    """The report on stdout, and the results as JSON in ``--json`` when given."""
+    print(report(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        log(f"results written to {args.json}")
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def log(message: str) -> None:
@@ -60,114 +102,71 @@ def require_programs(*names: str) -> None:
                          "(apt-get install mariadb-server mariadb-client sysbench)")
 
 
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex((host, port)) == 0
-
-
 # ---------------------------------------------------------------- the sandbox primary
 
 
-class Sandbox:
-    """The benchmarks' primary: a ``relay.localdb.LocalMariaDB`` in ``sandbox_dir/name`` (my.cnf,
-    data/, error.log), the project's own launcher, filled with sysbench (``fill``).  The data
-    directory stays between runs (``--reuse``); the server never outlives the benchmark."""
-
-    def __init__(self, name: str, port: int, sandbox_dir: Path | str, server_id: int = 1) -> None:
-        self.name = name
-        self.port = port
-        self.server_id = server_id
-        self.dir = Path(sandbox_dir) / name
-        self.server = LocalMariaDB(self.dir, server_id, port)
-        self.datadir = self.server.datadir
-
-    def exists(self) -> bool:
-        return (self.datadir / "mysql").is_dir()
-
-    def running(self) -> bool:
-        return self.server.running
-
-    def start(self, *server_options: str) -> None:
-        if self.running():
-            return
-        if port_in_use(self.port):
-            raise BenchError(f"port {self.port} is already taken by another server; choose --port")
-        self.server.extra_args = list(server_options)
-        try:
-            self.server.start()
-        except MariaDBNotInstalled as missing:
-            raise BenchError(str(missing)) from None
-
-    def stop(self) -> None:
-        self.server.stop()
-
-    def destroy(self) -> None:
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def sql(self, query: str) -> list[list[str]]:
-        """Rows of ``query`` as root, through the mariadb client (tab-separated, no headers)."""
-        result = subprocess.run(["mariadb", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root", "-N", "-B",
-                                 "-e", query], text=True, capture_output=True)
-        if result.returncode != 0:
-            raise BenchError(f"{query!r} on the primary failed: {result.stderr.strip()}")
-        return [line.split("\t") for line in result.stdout.splitlines() if line]
-
-    def version(self) -> str:
-        return self.sql("SELECT VERSION()")[0][0]
-
-    def binary_logs(self) -> list[tuple[str, int]]:
-        return [(row[0], int(row[1])) for row in self.sql("SHOW BINARY LOGS")]
-
-    def master_status(self) -> tuple[str, int]:
-        rows = self.sql("SHOW MASTER STATUS")
-        if not rows:
-            raise BenchError("SHOW MASTER STATUS is empty: is log_bin on?")
-        return rows[0][0], int(rows[0][1])
-
-    def binlog_bytes(self) -> int:
-        return sum(size for _, size in self.binary_logs())
-
-    def fill(self, target_mib: int, threads: int = 4) -> None:
-        """Fill the binlog with sysbench oltp_write_only until it holds ``target_mib`` MiB: the
-        tables are prepared with bulk INSERTs (4 x 100k rows), then write-only transactions
-        (two UPDATEs, a DELETE, an INSERT each) run in 20 s rounds (a few minutes for 600 MiB)."""
-        require_programs("sysbench")
-        sysbench = ["sysbench", "--db-driver=mysql", "--mysql-host=127.0.0.1", f"--mysql-port={self.port}",
-                    "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
-        self.sql("CREATE DATABASE IF NOT EXISTS sbtest")
-        started = time.monotonic()
-        _run_quietly([*sysbench, "--threads=2", "oltp_write_only", "prepare"])
-        log(f"sysbench prepare: {time.monotonic() - started:.0f} s, binlog {mib(self.binlog_bytes()):.0f} MiB")
-        while self.binlog_bytes() < target_mib << 20:
-            _run_quietly([*sysbench, f"--threads={threads}", "--time=20", "oltp_write_only", "run"])
-        log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(self.binlog_bytes()):.0f} MiB")
+def sandbox_primary(args: Any) -> LocalMariaDB:
+    """The benchmarks' primary: a LocalMariaDB in SANDBOX_DIR/NAME on --port.  Its directory stays
+    between runs (``--reuse``); the server never outlives the benchmark."""
+    return LocalMariaDB(Path(args.sandbox_dir) / args.name, PRIMARY_SERVER_ID, args.port)
 
 
-    def wait_settled(self, timeout: float = 30.0) -> None:
-        """Until the binlog stops growing: after a rotation MariaDB writes the new file's
-        BINLOG_CHECKPOINT event in the background, so the end right after the last write can
-        still move."""
-        deadline = time.monotonic() + timeout
-        last = self.binary_logs()
-        while time.monotonic() < deadline:
-            time.sleep(0.3)
-            now = self.binary_logs()
-            if now == last:
-                return
-            last = now
-        raise BenchError(f"the primary's binlog kept growing for {timeout:.0f} s after the fill")
+def add_primary_options(parser: argparse.ArgumentParser, *, size_mb: float, min_mb: float, max_binlog_size: str,
+                        port: int, name: str) -> None:
+    """The sandbox primary's options, alike in every benchmark that uses one (the defaults differ:
+    ingest and serve share a large one, capacity and catchup a smaller one)."""
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
+                             "and keep its directory (server stopped) for the next one")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the primary's directory at the end (the server stops)")
+    parser.add_argument("--size-mb", type=float, default=size_mb, help="MiB of binlog to generate for a new primary")
+    parser.add_argument("--fill", choices=["sysbench", "sql"], default="sysbench",
+                        help="how a new primary is filled (sql: a few plain INSERTs, for smoke runs)")
+    parser.add_argument("--min-mb", type=float, default=min_mb, help="refuse to measure a smaller binlog (MiB)")
+    parser.add_argument("--max-binlog-size", default=max_binlog_size, help="the primary's max_binlog_size")
+    parser.add_argument("--port", type=int, default=port, help="the sandbox primary's port")
+    parser.add_argument("--name", default=name, help="the sandbox's name (benchmarks with the same name share it)")
+    parser.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
+                        help="where the primary's directory (my.cnf, data/) lives")
 
-    def fill_sql(self, target_mib: float) -> None:
-        """A small binlog without sysbench, for smoke runs of the benchmarks: single-row and
-        100-row transactions on a sysbench-like table (the sequence engine makes the rows)."""
-        self.sql("CREATE DATABASE IF NOT EXISTS smoke")
-        self.sql("CREATE TABLE IF NOT EXISTS smoke.t (id INT AUTO_INCREMENT PRIMARY KEY, k INT, c CHAR(120), "
-                 "pad CHAR(60))")
-        while self.binlog_bytes() < target_mib * MIB:
-            self.sql("INSERT INTO smoke.t (k, c, pad) SELECT seq, REPEAT('c', 120), REPEAT('p', 60) "
-                     "FROM smoke.seq_1_to_100; " + "INSERT INTO smoke.t (k, c, pad) VALUES (1, 'x', 'y'); " * 20)
+
+def server_version(server: LocalMariaDB) -> str:
+    return str(server.sql("SELECT VERSION()")[0][0])
+
+
+def binlog_bytes(server: LocalMariaDB) -> int:
+    return sum(size for _, size in server.binlog_files())
+
+
+def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4) -> None:
+    """Fill the binlog with sysbench oltp_write_only until it holds ``target_mib`` MiB: the
+    tables are prepared with bulk INSERTs (4 x 100k rows), then write-only transactions
+    (two UPDATEs, a DELETE, an INSERT each) run in 20 s rounds (a few minutes for 600 MiB)."""
+    require_programs("sysbench")
+    sysbench = ["sysbench", "--db-driver=mysql", f"--mysql-host={LOOPBACK}", f"--mysql-port={server.port}",
+                "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
+    server.sql("CREATE DATABASE IF NOT EXISTS sbtest")
+    started = time.monotonic()
+    _run_quietly([*sysbench, "--threads=2", "oltp_write_only", "prepare"])
+    log(f"sysbench prepare: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
+    while binlog_bytes(server) < target_mib * MIB:
+        _run_quietly([*sysbench, f"--threads={threads}", "--time=20", "oltp_write_only", "run"])
+    log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
+
+
+def fill_sql(server: LocalMariaDB, target_mib: float) -> None:
+    """A small binlog without sysbench, for smoke runs of the benchmarks: single-row and
+    100-row transactions on a sysbench-like table (the sequence engine makes the rows)."""
+    server.sql("CREATE DATABASE IF NOT EXISTS smoke")
+    server.sql("CREATE TABLE IF NOT EXISTS smoke.t (id INT AUTO_INCREMENT PRIMARY KEY, k INT, c CHAR(120), "
+               "pad CHAR(60))")
+    with server.client() as client:
+        while binlog_bytes(server) < target_mib * MIB:
+            client.query("INSERT INTO smoke.t (k, c, pad) SELECT seq, REPEAT('c', 120), REPEAT('p', 60) "
+                         "FROM smoke.seq_1_to_100")
+            for _ in range(20):
+                client.query("INSERT INTO smoke.t (k, c, pad) VALUES (1, 'x', 'y')")
 
 
 def _run_quietly(argv: list[str]) -> None:
@@ -210,7 +209,7 @@ def count_events(path: Path, size: int | None = None) -> int:
     return count
 
 
-def primary_binlogs(sandbox: Sandbox, cache: Path | None = None) -> list[BinlogFile]:
+def primary_binlogs(primary: LocalMariaDB, cache: Path | None = None) -> list[BinlogFile]:
     """The primary's binlog files with event counts; counts are cached by (name, size)."""
     known: dict[str, int] = {}
     if cache is not None and cache.exists():
@@ -219,8 +218,8 @@ def primary_binlogs(sandbox: Sandbox, cache: Path | None = None) -> list[BinlogF
         except ValueError:
             known = {}
     files = []
-    for name, size in sandbox.binary_logs():
-        path = sandbox.datadir / name
+    for name, size in primary.binlog_files():
+        path = primary.binlog_path(name)
         key = f"{name}:{size}"
         if key not in known:
             known[key] = count_events(path, size)
@@ -232,18 +231,84 @@ def primary_binlogs(sandbox: Sandbox, cache: Path | None = None) -> list[BinlogF
 
 def check_copy(primary: Sequence[BinlogFile], copy_dir: Path) -> None:
     """``copy_dir`` must hold exactly the primary's binlog files, byte for byte (the active one
-    may differ in its in-use flag: relay.storage.compare)."""
-    from relay.storage.compare import copy_differences
-
-    names = {f.name for f in primary}
-    stem = re.escape(primary[0].name.rsplit(".", 1)[0])
-    extra = sorted(p.name for p in copy_dir.iterdir()
-                   if re.fullmatch(stem + r"\.\d+", p.name) and p.name not in names)
-    if extra:
-        raise BenchError(f"{copy_dir} holds binlog files the primary does not have: {extra}")
-    problems = copy_differences([f.path for f in primary], copy_dir)
+    may differ in its in-use flag: relay.sandbox.compare)."""
+    problems = mirror_file_differences([f.path for f in primary], copy_dir)
     if problems:
         raise BenchError(f"{copy_dir} is not a copy of the primary's binlogs: {'; '.join(problems[:3])}")
+
+
+# ---------------------------------------------------------------- the relay child
+
+
+def start_bench_relay(work_dir: Path, upstream_port: int, *, sync: str = "none", log_level: str = "WARNING",
+                      listen_port: int = 0, metrics_port: int = 0,
+                      server_id: int = RELAY_SERVER_ID) -> RelayProcess:
+    """The relay the benchmarks measure, listening when returned: a fresh data_dir (WORK_DIR/data),
+    storage.sync ``sync`` (none: the disk is not what a serve benchmark measures), no retention, and
+    metrics on a known port (``wait_stored`` reads them); ports 0 are free ones."""
+    fresh_dir(Path(work_dir) / "data")
+    return start_relay(work_dir, upstream_port, metrics_port=metrics_port or free_port(), server_id=server_id,
+                       listen={"port": listen_port or free_port()},
+                       storage={"sync": sync, "retention": {"max_size": None, "max_age": None}},
+                       logging={"level": log_level})
+
+
+def wait_stored(relay: RelayProcess, files: list[BinlogFile], timeout: float) -> float:
+    """Wait until the relay's committed end is the primary's end and its data_dir holds the
+    primary's files at their sizes; returns the seconds it took."""
+    last = files[-1]
+    target = (float(int(last.name.rsplit(".", 1)[1])), float(last.size))
+    committed: tuple[float | None, float | None] = (None, None)
+    started = time.monotonic()
+
+    def stored() -> bool:
+        nonlocal committed
+        relay.check_alive()
+        values = unlabelled_metrics(relay.metrics_port)
+        committed = (values.get("binlog_relay_committed_file_number"),
+                     values.get("binlog_relay_committed_position_bytes"))
+        return committed == target and all(_size_of(relay.data_dir / f.name) == f.size for f in files)
+
+    try:
+        wait_for(stored, timeout, "the relay did not store the primary's binlog")
+    except WaitTimeout as late:
+        raise BenchError(f"{late} (committed {committed}, want {target})\n{relay.log_tail()}") from None
+    return time.monotonic() - started
+
+
+def unlabelled_metrics(port: int) -> dict[str, float]:
+    """The unlabelled samples of a relay's /metrics, by name."""
+    status, text = http_get(port, "/metrics", timeout=10)
+    if status != 200:
+        raise BenchError(f"/metrics on port {port} answered {status}: {text[:200]}")
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            try:
+                values[name] = float(value.split()[0])
+            except (ValueError, IndexError):
+                pass
+    return values
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def stop_relay(relay: RelayProcess | None, remove_data: bool = True) -> None:
+    """Stop the relay at the end of a benchmark (killed if it does not stop), saying so if it did not
+    exit cleanly; then remove its data_dir, unless told not to."""
+    if relay is None:
+        return
+    status = relay.close()
+    if status not in (0, None):
+        log(f"the relay exited with status {status}\n{relay.log_tail()}")
+    if remove_data:
+        shutil.rmtree(relay.data_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- measured processes
@@ -272,16 +337,21 @@ class Measured:
         return None
 
 
-def vm_hwm_kib(pid: int | str = "self") -> int:
-    """The peak resident set size of a running process's address space (VmHWM), in KiB."""
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a running process (all its threads), from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so the next peak is of what follows."""
     try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+        with open(f"/proc/{pid}/clear_refs", "w") as clear:
+            clear.write("5")
+        return True
     except OSError:
-        pass
-    return 0
+        return False
 
 
 def run_measured(argv: Sequence[str], cwd: Path | str | None = None, env: dict[str, str] | None = None,
@@ -304,7 +374,7 @@ def run_measured(argv: Sequence[str], cwd: Path | str | None = None, env: dict[s
 
         def watch() -> None:
             while not done.wait(rss_poll):
-                peak[0] = max(peak[0], vm_hwm_kib(proc.pid))
+                peak[0] = max(peak[0], status_kib(proc.pid, "VmHWM"))
                 if deadline is not None and time.perf_counter() > deadline:
                     expired.set()
                     try:
@@ -375,9 +445,67 @@ def machine_info() -> dict[str, object]:
     }
 
 
+def git_commit() -> str:
+    """The checkout's commit, and whether relay/ has uncommitted changes: what was measured."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "relay"],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}{' + uncommitted changes in relay/' if dirty else ''}" if head else "unknown"
+
+
 def relay_loops() -> str:
     """Which per-event loops the relay runs: the compiled ones (relay/binlog/_scan.c) or Python's."""
     from relay.binlog import outbound, stream
 
     compiled = stream._compiled_scan is not None and outbound._compiled_frame is not None
     return "compiled" if compiled else "python (relay/binlog/_scan.c not built)"
+
+
+# ---------------------------------------------------------------- profiles
+
+
+def summarize_speedscope(path: Path, sampled: str, top: int = 20) -> str:
+    """Hot spots of a py-spy speedscope profile: per function (self and inclusive) and per line
+    (self), as % of all samples.  ``sampled`` says what a sample is: with py-spy --idle, waiting
+    counts too (so % of wall time); without it, a sample counts when the thread is not waiting in
+    a system call (running, or ready to run: on a busy machine a thread waiting for a CPU is
+    sampled too)."""
+    data = json.loads(path.read_text())
+    frames = data["shared"]["frames"]
+
+    def where(i: int) -> str:
+        return "/".join(Path(frames[i].get("file") or "?").parts[-3:])
+
+    func = [f"{f['name']} ({where(i)})" for i, f in enumerate(frames)]
+    line = [f"{f['name']} ({where(i)}:{f.get('line', '?')})" for i, f in enumerate(frames)]
+    self_fn: dict[str, float] = {}
+    total_fn: dict[str, float] = {}
+    self_line: dict[str, float] = {}
+    grand = 0.0
+    samples = 0
+    for prof in data["profiles"]:
+        samples += len(prof["samples"])
+        for stack, weight in zip(prof["samples"], prof["weights"]):
+            grand += weight
+            if not stack:
+                continue
+            self_fn[func[stack[-1]]] = self_fn.get(func[stack[-1]], 0) + weight
+            self_line[line[stack[-1]]] = self_line.get(line[stack[-1]], 0) + weight
+            for name in {func[i] for i in stack}:
+                total_fn[name] = total_fn.get(name, 0) + weight
+    if not grand:
+        return "(no samples)"
+
+    def rows(weights: dict[str, float]) -> list[list[object]]:
+        best = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
+        return [[f"{100 * w / grand:5.1f}%", name] for name, w in best]
+
+    return (f"{samples} samples ({grand:.2f} s), {sampled}.\n"
+            "Self time per function (% of samples):\n"
+            + table(["self", "function"], rows(self_fn))
+            + "\n\nInclusive time per function:\n" + table(["total", "function"], rows(total_fn))
+            + "\n\nSelf time per line:\n" + table(["self", "line"], rows(self_line)))

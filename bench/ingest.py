@@ -16,6 +16,10 @@ the primary's SHOW MASTER STATUS position (measured inside the child, polled eve
 the time of the whole child process (interpreter start, imports, close) is reported too.
 mariadb-binlog's time is its whole process.  The ratio is relay MB/s over mariadb-binlog
 MB/s, medians of the runs; the goal is >= 1.0 (docs/architecture.md, "Performance budget").
+
+A third reader sets the ceiling: the discard reader (bench/rawclient.py) reads the same dump
+into one buffer it throws away, so its speed is what the primary's dump thread can hand out on
+this machine; the relay is also reported as a fraction of it.
 """
 
 from __future__ import annotations
@@ -25,37 +29,50 @@ import json
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
+from relay.sandbox.procfs import status_kib
+from relay.sandbox.relayprocess import RELAY_SERVER_ID
+from relay.sandbox.replication import wait_binlog_settled
 
 from .common import (
     GOAL_RATIO,
     MARIADB_BINLOG,
     MIB,
-    RELAY_SERVER_ID,
-    REPL_PASSWORD,
-    REPL_USER,
     REPO_ROOT,
     BenchError,
     BinlogFile,
+    add_primary_options,
     Measured,
-    Sandbox,
+    binlog_bytes,
     check_copy,
+    fill_sql,
+    fill_sysbench,
     fresh_dir,
     log,
     machine_info,
     median,
     mib,
     primary_binlogs,
+    print_results,
     require_programs,
+    run_main,
     run_measured,
+    sandbox_primary,
+    server_version,
     settle,
+    summarize_speedscope,
     table,
-    vm_hwm_kib,
 )
+from .rawclient import parsed_download, raw_download
 
 EVENT_CACHE = "bench-event-counts.json"
+DISCARD = "discard reader"
+DISCARD_SERVER_ID = 9901
 
 
 # ================================================================ the relay child
@@ -71,7 +88,7 @@ def child_main(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = trio.run(_child_ingest, args)
-    result["vm_hwm_kib"] = vm_hwm_kib()
+    result["vm_hwm_kib"] = status_kib("self", "VmHWM")
     print(json.dumps(result))
     return 0 if result["reached"] else 1
 
@@ -189,6 +206,26 @@ class Runner:
         check_copy(self.files, out_dir)
         return self._record("mariadb-binlog --raw", run.wall_s, run, extra={"process_s": run.wall_s})
 
+    def discard_reader(self) -> dict[str, Any]:
+        """The ceiling: one client that reads the whole dump and keeps nothing."""
+        if not hasattr(self, "_wire_bytes"):  # learnt once, by a download that checks every packet
+            self._wire_bytes = parsed_download(self.args.port, DISCARD_SERVER_ID)["wire_bytes"]
+        settle()
+        start, out = threading.Barrier(2), {}
+        reader = threading.Thread(target=raw_download, args=(self.args.port, DISCARD_SERVER_ID,
+                                                             self._wire_bytes, start, out), daemon=True)
+        cpu_before = time.process_time()
+        reader.start()
+        start.wait()
+        began = time.perf_counter()
+        reader.join(self.args.timeout)
+        if "error" in out or "end" not in out:
+            raise BenchError(f"the discard reader failed: {out.get('error', 'it did not finish in time')}")
+        seconds = out["end"] - began
+        return {"tool": DISCARD, "seconds": seconds, "mib_per_s": mib(self.total_bytes) / seconds,
+                "events_per_s": self.total_events / seconds, "cpu_user_s": time.process_time() - cpu_before,
+                "cpu_sys_s": 0.0, "peak_rss_mib": 0.0, "verified": True, "process_s": seconds}
+
     def _record(self, tool: str, seconds: float, run: Measured, extra: dict[str, Any]) -> dict[str, Any]:
         return {
             "tool": tool,
@@ -239,44 +276,10 @@ def profile_relay(args: argparse.Namespace, runner: Runner, sync: str) -> dict[s
     if problem := run.failed():
         raise BenchError(f"profiled relay run failed: {problem}")
     figures = _child_figures(run)
-    summary = summarize_speedscope(out) if args.profile == "py-spy" else summarize_pstats(out)
+    summary = (summarize_speedscope(out, "waiting included (py-spy --idle: % of wall time)")
+               if args.profile == "py-spy" else summarize_pstats(out))
     return {"tool": args.profile, "sync": sync, "file": str(out), "ingest_s": figures.get("ingest_s"),
             "summary": summary}
-
-
-def summarize_speedscope(path: Path, top: int = 20) -> str:
-    """Hot spots of a py-spy speedscope profile: per function (self and inclusive) and per
-    line (self), as % of all samples (py-spy --idle: waiting counts too, so % of wall time)."""
-    data = json.loads(path.read_text())
-    frames = data["shared"]["frames"]
-
-    def where(i: int) -> str:
-        return "/".join(Path(frames[i].get("file") or "?").parts[-2:])
-
-    func = [f"{f['name']} ({where(i)})" for i, f in enumerate(frames)]
-    line = [f"{f['name']} ({where(i)}:{f.get('line', '?')})" for i, f in enumerate(frames)]
-    self_fn: dict[str, float] = {}
-    total_fn: dict[str, float] = {}
-    self_line: dict[str, float] = {}
-    grand = 0.0
-    for prof in data["profiles"]:
-        for stack, weight in zip(prof["samples"], prof["weights"]):
-            grand += weight
-            if not stack:
-                continue
-            self_fn[func[stack[-1]]] = self_fn.get(func[stack[-1]], 0) + weight
-            self_line[line[stack[-1]]] = self_line.get(line[stack[-1]], 0) + weight
-            for name in {func[i] for i in stack}:
-                total_fn[name] = total_fn.get(name, 0) + weight
-
-    def rows(weights: dict[str, float]) -> list[list[object]]:
-        best = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
-        return [[f"{100 * w / grand:5.1f}%", name] for name, w in best]
-
-    return ("Self time per function (% of samples, waiting included):\n"
-            + table(["self", "function"], rows(self_fn))
-            + "\n\nInclusive time per function:\n" + table(["total", "function"], rows(total_fn))
-            + "\n\nSelf time per line:\n" + table(["self", "line"], rows(self_line)))
 
 
 def summarize_pstats(path: Path, top: int = 25) -> str:
@@ -293,41 +296,57 @@ def summarize_pstats(path: Path, top: int = 25) -> str:
 # ================================================================ the primary
 
 
-def prepare_primary(args: argparse.Namespace) -> Sandbox:
-    sandbox = Sandbox(args.name, args.port, args.sandbox_dir)
-    options = [f"--max-binlog-size={args.max_binlog_size}"]
-    if args.reuse and sandbox.exists():
-        log(f"--reuse: starting the existing primary in {sandbox.dir}")
-        sandbox.start(*options)
-        size = sandbox.binlog_bytes()
+def prepare_primary(args: argparse.Namespace) -> LocalMariaDB:
+    """The sandbox primary, started, its binlog at least --min-mb (or filled to --size-mb) and settled."""
+    primary = sandbox_primary(args)
+    primary.extra_args = [f"--max-binlog-size={args.max_binlog_size}"]
+    if args.reuse and primary.initialised:
+        log(f"--reuse: starting the existing primary in {primary.base_dir}")
+        primary.start()
+        size = binlog_bytes(primary)
         if size >= args.min_mb * MIB:
             log(f"--reuse: its binlog holds {mib(size):.0f} MiB")
-            return sandbox
+            return primary
         log(f"--reuse: its binlog holds only {mib(size):.0f} MiB < {args.min_mb} MiB; making a new one")
-    if sandbox.dir.exists():
-        log(f"removing the old sandbox {sandbox.dir}")
-        sandbox.destroy()
-    sandbox.start(*options)
-    if getattr(args, "fill", "sysbench") == "sql":  # smoke runs: no sysbench, seconds
-        sandbox.fill_sql(args.size_mb)
+    if primary.base_dir.exists():
+        log(f"removing the old sandbox {primary.base_dir}")
+        primary.destroy()
+    primary.start()
+    if args.fill == "sql":  # smoke runs: no sysbench, seconds
+        fill_sql(primary, args.size_mb)
     else:
         log(f"filling the binlog to {args.size_mb} MiB with sysbench oltp_write_only (a few minutes)")
-        sandbox.fill(args.size_mb)
-    sandbox.wait_settled()
-    return sandbox
+        fill_sysbench(primary, args.size_mb)
+    wait_binlog_settled(primary)
+    return primary
 
 
-def finish_primary(args: argparse.Namespace, sandbox: Sandbox | None) -> None:
-    if sandbox is None:
+def measured_binlog(args: argparse.Namespace, primary: LocalMariaDB) -> list[BinlogFile]:
+    """The primary's binlog files with their events counted (cached beside it), checked to be what
+    the benchmark may measure: at least --min-mb, ending where SHOW MASTER STATUS says."""
+    target = primary.master_status()
+    log("counting the events of the primary's files")
+    files = primary_binlogs(primary, cache=primary.base_dir / EVENT_CACHE)
+    if (files[-1].name, files[-1].size) != target:
+        raise BenchError(f"SHOW MASTER STATUS {target} is not the end of the last binlog "
+                         f"{files[-1].name}:{files[-1].size}: is something writing to the primary?")
+    total = sum(f.size for f in files)
+    if total < args.min_mb * MIB:
+        raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
+    return files
+
+
+def finish_primary(args: argparse.Namespace, primary: LocalMariaDB | None) -> None:
+    if primary is None:
         return
     if args.keep:
-        log(f"--keep: the primary's directory stays ({sandbox.dir}); --reuse starts it again")
-        sandbox.stop()
+        log(f"--keep: the primary's directory stays ({primary.base_dir}); --reuse starts it again")
+        primary.stop()
     elif args.reuse:
-        log(f"stopping the primary; --reuse keeps {sandbox.dir} for the next run")
-        sandbox.stop()
+        log(f"stopping the primary; --reuse keeps {primary.base_dir} for the next run")
+        primary.stop()
     else:
-        sandbox.destroy()
+        primary.destroy()
 
 
 # ================================================================ the benchmark
@@ -335,24 +354,18 @@ def finish_primary(args: argparse.Namespace, sandbox: Sandbox | None) -> None:
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     require_programs(MARIADB_BINLOG, "mariadbd", "mariadb")
-    sandbox: Sandbox | None = None
+    primary: LocalMariaDB | None = None
     runner: Runner | None = None
     try:
-        sandbox = prepare_primary(args)
-        target = sandbox.master_status()
-        log("counting the events of the primary's files")
-        files = primary_binlogs(sandbox, cache=sandbox.dir / EVENT_CACHE)
-        if (files[-1].name, files[-1].size) != target:
-            raise BenchError(f"SHOW MASTER STATUS {target} is not the end of the last binlog "
-                             f"{files[-1].name}:{files[-1].size}: is something writing to the primary?")
+        primary = prepare_primary(args)
+        files = measured_binlog(args, primary)
         total = sum(f.size for f in files)
-        if total < args.min_mb * MIB:
-            raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
+        target = (files[-1].name, files[-1].size)
         runner = Runner(args, files, target)
         info = {
-            "primary": {"version": sandbox.version(), "host": "127.0.0.1", "port": args.port,
-                        "have_ssl": sandbox.sql("SELECT @@have_ssl")[0][0],
-                        "binlog_checksum": sandbox.sql("SELECT @@binlog_checksum")[0][0]},
+            "primary": {"version": server_version(primary), "host": "127.0.0.1", "port": args.port,
+                        "have_ssl": primary.sql("SELECT @@have_ssl")[0][0],
+                        "binlog_checksum": primary.sql("SELECT @@binlog_checksum")[0][0]},
             "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
                        "bytes": total, "mib": mib(total), "events": runner.total_events},
             "machine": machine_info(),
@@ -368,6 +381,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             schedule.append(f"relay:{sync}")
             if len(schedule) == 1:
                 schedule.append("mariadb-binlog")
+        schedule.append(DISCARD)
         runs: list[dict[str, Any]] = []
         for round_no in range(1, args.rounds + 1):
             for item in schedule:
@@ -375,6 +389,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 load = os.getloadavg()[0]
                 if item == "mariadb-binlog":
                     record = runner.mariadb_binlog()
+                elif item == DISCARD:
+                    record = runner.discard_reader()
                 else:
                     record = runner.relay(item.split(":", 1)[1])
                 record["round"] = round_no
@@ -385,7 +401,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     " (verified)")
                 runner.clean()
 
-        after = sandbox.master_status()
+        after = primary.master_status()
         if after != target:
             raise BenchError(f"the primary was written to during the benchmark: {target} -> {after}")
         results = {**info, "runs": runs, "summary": summarize(runs, args.sync)}
@@ -397,11 +413,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             runner.clean()
             if not args.profile:
                 shutil.rmtree(runner.workdir, ignore_errors=True)
-        finish_primary(args, sandbox)
+        finish_primary(args, primary)
 
 
 def summarize(runs: list[dict[str, Any]], syncs: list[str]) -> dict[str, Any]:
-    tools = [f"relay sync={s}" for s in syncs] + ["mariadb-binlog --raw"]
+    tools = [f"relay sync={s}" for s in syncs] + ["mariadb-binlog --raw", DISCARD]
     summary: dict[str, Any] = {"tools": {}}
     for tool in tools:
         mine = [r for r in runs if r["tool"] == tool]
@@ -415,13 +431,16 @@ def summarize(runs: list[dict[str, Any]], syncs: list[str]) -> dict[str, Any]:
             "max_peak_rss_mib": max(r["peak_rss_mib"] for r in mine),
         }
     reference = summary["tools"]["mariadb-binlog --raw"]
-    for tool in tools[:-1]:
+    ceiling = summary["tools"][DISCARD]
+    for tool in tools[:-2]:
         entry = summary["tools"][tool]
         entry["ratio"] = entry["median_mib_per_s"] / reference["median_mib_per_s"]
         entry["ratio_whole_process"] = reference["median_process_s"] / entry["median_process_s"]
+        entry["of_ceiling"] = entry["median_mib_per_s"] / ceiling["median_mib_per_s"]
+    reference["of_ceiling"] = reference["median_mib_per_s"] / ceiling["median_mib_per_s"]
     headline = summary["tools"][tools[0]]
     summary["headline"] = {"tool": tools[0], "ratio": headline["ratio"], "goal": GOAL_RATIO,
-                           "goal_met": headline["ratio"] >= GOAL_RATIO}
+                           "goal_met": headline["ratio"] >= GOAL_RATIO, "of_ceiling": headline["of_ceiling"]}
     return summary
 
 
@@ -448,16 +467,20 @@ def report(results: dict[str, Any]) -> str:
     ]
     rows = []
     for tool, s in results["summary"]["tools"].items():
+        reference = "1.00 (ref)" if tool.startswith("mariadb-binlog") else "-"
         rows.append([tool, f"{s['median_seconds']:.2f}", f"{s['median_mib_per_s']:.1f}",
                      f"{s['median_events_per_s'] / 1e6:.3f}", f"{s['median_cpu_s']:.2f}",
-                     f"{s['max_peak_rss_mib']:.0f}",
-                     f"{s['ratio']:.2f}" if "ratio" in s else "1.00 (ref)",
-                     f"{s['ratio_whole_process']:.2f}" if "ratio" in s else "-"])
+                     f"{s['max_peak_rss_mib']:.0f}" if s["max_peak_rss_mib"] else "-",
+                     f"{s['ratio']:.2f}" if "ratio" in s else reference,
+                     f"{s['ratio_whole_process']:.2f}" if "ratio" in s else "-",
+                     f"{s['of_ceiling']:.2f}" if "of_ceiling" in s else "1.00 (ceiling)"])
     lines.append(table(["tool", "seconds", "MiB/s", "M events/s", "CPU s", "peak RSS MiB", "ratio",
-                        "ratio (process)"], rows))
+                        "ratio (process)", "of ceiling"], rows))
     head = results["summary"]["headline"]
     lines += ["", f"Headline: {head['tool']} / mariadb-binlog --raw = {head['ratio']:.2f} "
-              f"(goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'})"]
+              f"(goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'}); "
+              f"{head['of_ceiling']:.2f} of what the discard reader gets from the same dump thread "
+              "(its CPU is this process's, not a server's)"]
     if profile := results.get("profile"):
         lines += ["", f"Profile of one more relay ingest (sync={profile['sync']}, {profile['tool']}; "
                   f"{profile['ingest_s']:.2f} s under the profiler): {profile['file']}", profile["summary"]]
@@ -470,22 +493,12 @@ def report(results: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.ingest", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_primary_options(p, size_mb=600, min_mb=500, max_binlog_size="256M", port=26306, name="benchp")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
-                        "and keep its directory (server stopped) for the next one")
-    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end (the server stops)")
     p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating")
     p.add_argument("--sync", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                    default="commit,none",
                    help="relay storage.sync policies to run, comma-separated; the first is the headline")
-    p.add_argument("--size-mb", type=int, default=600, help="MiB of binlog to generate for a new primary")
-    p.add_argument("--min-mb", type=int, default=500, help="refuse to measure a smaller binlog (MiB)")
-    p.add_argument("--max-binlog-size", default="256M", help="the primary's max_binlog_size")
-    p.add_argument("--port", type=int, default=26306, help="the sandbox primary's port")
-    p.add_argument("--name", default="benchp", help="the sandbox's name")
-    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
-                   help="where the primary's directory (my.cnf, data/) lives")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/work",
                    help="where the downloads go (one fresh directory per run)")
     p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
@@ -515,19 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         return child_main(args)
-    try:
-        results = run_benchmark(args)
-    except BenchError as exc:
-        log(f"benchmark failed: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    print(report(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-        log(f"results written to {args.json}")
-    return 0
+    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
 
 
 if __name__ == "__main__":

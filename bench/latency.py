@@ -5,7 +5,7 @@ replica, the replica replicating directly from the primary vs through the relay.
 
 One primary, one relay per ``--sync`` policy (the real program, ``python3 -m relay.cli run``,
 each with its own server_id and data_dir, all replicating from the primary the whole time) and
-one MariaDB replica, all started by ``relay.localdb``.  The replica is pointed (CHANGE MASTER,
+one MariaDB replica, all started by the sandbox (relay.sandbox).  The replica is pointed (CHANGE MASTER,
 GTID) at one source after the other in blocks of ``--block`` commits until each source has had
 ``--commits``: direct, relay sync=commit, relay sync=none, direct, ...  so a slow phase of the
 machine is spread over all of them.  After each switch a few commits are made and not counted
@@ -22,20 +22,21 @@ the direct one) is the relay's own cost.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from relay.localdb import LocalMariaDB, MariaDBNotInstalled
+from relay.sandbox.mariadb import LocalMariaDB
+from relay.sandbox.ports import LOOPBACK
+from relay.sandbox.relayprocess import RELAY_SERVER_ID, RelayProcess
+from relay.sandbox.replication import replica_note
 
-from .common import REPL_PASSWORD, REPL_USER, BenchError, fresh_dir, log, machine_info, median, table
-from .serve import RelayProcess, git_commit
+from .common import (BenchError, fresh_dir, git_commit, log, machine_info, print_results, run_main,
+                     start_bench_relay, stop_relay, table)
 
 DIRECT = "direct"
 WARMUP_COMMITS = 5
@@ -85,23 +86,19 @@ class Bench:
         self.next_id = 0
 
     def start(self) -> None:
-        try:
-            self.primary.start()
-            self.replica.start()
-        except MariaDBNotInstalled as missing:
-            raise BenchError(str(missing)) from None
+        self.primary.start()
+        self.replica.start()
         self.pconn = _connect(self.primary.port)
         self.rconn = _connect(self.replica.port)
         _query(self.pconn, "CREATE DATABASE lat")
         _query(self.pconn, "CREATE TABLE lat.t (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
         self.source_ports[DIRECT] = self.primary.port
         for number, sync in enumerate(self.args.sync):
-            relay = RelayProcess(self.workdir / f"relay-{sync}", self.primary.port, 0, 0, "WARNING")
-            relay.config["server_id"] = 1001 + number  # two replicas of one primary need two ids
-            relay.config["storage"]["sync"] = sync
-            relay.start()
+            # Two replicas of one primary need two server_ids.
+            relay = start_bench_relay(self.workdir / f"relay-{sync}", self.primary.port, sync=sync,
+                                      server_id=RELAY_SERVER_ID + number)
             self.relays[sync] = relay
-            self.source_ports[f"relay sync={sync}"] = relay.listen_port
+            self.source_ports[f"relay sync={sync}"] = relay.port
         self.seq = self._binlog_seq()
 
     def _binlog_seq(self) -> int:
@@ -113,12 +110,9 @@ class Bench:
         return 0
 
     def point_replica_at(self, source: str) -> None:
-        port = self.source_ports[source]
-        _query(self.rconn, "STOP SLAVE")
-        _query(self.rconn, f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={port}, "
-                           f"MASTER_USER='{REPL_USER}', MASTER_PASSWORD='{REPL_PASSWORD}', "
-                           "MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1")
-        _query(self.rconn, "START SLAVE")
+        self.replica.stop_slave()
+        self.replica.change_master(LOOPBACK, self.source_ports[source], use_gtid="slave_pos")
+        self.replica.start_slave()
         target = _query(self.pconn, "SELECT @@gtid_binlog_pos")[0][0]
         if _query(self.rconn, "SELECT MASTER_GTID_WAIT(%s, 60)", target)[0][0] != 0:
             raise BenchError(f"the replica did not catch up with {source} within 60 s: {self._slave_error()}")
@@ -126,13 +120,7 @@ class Bench:
             self.commit_and_wait()
 
     def _slave_error(self) -> str:
-        with self.rconn.cursor() as cursor:
-            cursor.execute("SHOW SLAVE STATUS")
-            row = cursor.fetchone()
-            names = [d[0] for d in cursor.description]
-        status = dict(zip(names, row)) if row else {}
-        return f"IO {status.get('Slave_IO_Running')} {status.get('Last_IO_Error')!r}, " \
-               f"SQL {status.get('Slave_SQL_Running')} {status.get('Last_SQL_Error')!r}"
+        return replica_note(self.replica.slave_status()) or "both threads running"
 
     def commit_and_wait(self) -> tuple[float, float]:
         """(commit ms, visible ms) of one single-row commit, both from just before it is sent."""
@@ -197,9 +185,7 @@ class Bench:
                 except Exception:  # noqa: BLE001 - closing a connection to a server about to stop
                     pass
         for relay in self.relays.values():
-            status = relay.stop()
-            if status not in (0, None):
-                log(f"a relay exited with status {status}\n{relay.log_tail()}")
+            stop_relay(relay, remove_data=False)  # the workdir goes as a whole, or stays with --keep
         self.replica.stop()
         self.primary.stop()
 
@@ -254,26 +240,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        results = run_benchmark(args)
-    except BenchError as exc:
-        log(f"benchmark failed: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    print(report(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-        log(f"results written to {args.json}")
-    return 0
+    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ such downloads from each at once.
 
 One run on one primary: the sandbox MariaDB of the ingest benchmark (bench/common.py,
 ``--reuse`` shares it), whose binlog holds at least ``--min-mb`` MiB.  The relay runs as
-the real program (``python3 -m relay.cli run``) replicating from it and first stores the
-whole binlog (not measured; its copy is checked byte for byte).  Then:
+the real program (``python3 -m relay.cli run``, relay.sandbox.relayprocess) replicating from
+it and first stores the whole binlog (not measured; its copy is checked byte for byte).  Then:
 
 1. ``--rounds`` times, alternating: one download from the relay, one from the primary.
 2. ``--concurrent-rounds`` times: ``--clients`` downloads started together from the relay,
@@ -22,86 +22,51 @@ reset (``/proc/PID/clear_refs``) before each run; its CPU time is read from /pro
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
+from relay.sandbox.procfs import status_kib
+from relay.sandbox.relayprocess import RelayProcess
+
 from .common import (
     GOAL_RATIO,
     MARIADB_BINLOG,
-    MIB,
-    RELAY_SERVER_ID,
-    REPL_PASSWORD,
-    REPL_USER,
-    REPO_ROOT,
+    PRIMARY,
+    RELAY,
     BenchError,
     BinlogFile,
-    Sandbox,
+    add_primary_options,
     check_copy,
+    cpu_seconds,
     fresh_dir,
+    git_commit,
     log,
     machine_info,
     median,
     mib,
-    primary_binlogs,
+    print_results,
     require_programs,
+    reset_peak_rss,
+    run_main,
     run_measured,
+    server_version,
     settle,
+    start_bench_relay,
+    stop_relay,
+    summarize_speedscope,
     table,
-    vm_hwm_kib,
+    wait_stored,
 )
-from .ingest import EVENT_CACHE, finish_primary, prepare_primary
-
-RELAY = "relay"
-PRIMARY = "primary"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# ================================================================ small /proc helpers
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of a running process (all its threads), from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15)
-
-
-def vm_rss_kib(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def reset_peak_rss(pid: int) -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0), so the next peak is of what follows."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as clear:
-            clear.write("5")
-        return True
-    except OSError:
-        return False
+from .ingest import finish_primary, measured_binlog, prepare_primary
 
 
 def dirty_mib() -> float:
@@ -112,141 +77,6 @@ def dirty_mib() -> float:
             if line.startswith(("Dirty:", "Writeback:")):
                 total += int(line.split()[1])
     return total / 1024
-
-
-def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "relay"],
-                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}{' + uncommitted changes in relay/' if dirty else ''}" if head else "unknown"
-
-
-# ================================================================ the relay process
-
-
-class RelayProcess:
-    """``python3 -m relay.cli run`` replicating from the sandbox primary, serving on loopback."""
-
-    def __init__(self, workdir: Path, upstream_port: int, listen_port: int, metrics_port: int,
-                 log_level: str) -> None:
-        self.workdir = workdir
-        self.data_dir = workdir / "relay-data"
-        self.config_path = workdir / "relay.yaml"
-        self.log_path = workdir / "relay.log"
-        self.listen_port = listen_port or free_port()
-        self.metrics_port = metrics_port or free_port()
-        self.config = {
-            "server_id": RELAY_SERVER_ID,
-            "data_dir": str(self.data_dir),
-            "upstream": {"host": "127.0.0.1", "port": upstream_port, "user": REPL_USER,
-                         "password": REPL_PASSWORD},
-            "listen": {"host": "127.0.0.1", "port": self.listen_port},
-            "users": [{"name": REPL_USER, "password": REPL_PASSWORD}],
-            "metrics": {"enabled": True, "host": "127.0.0.1", "port": self.metrics_port},
-            "storage": {"sync": "none", "retention": {"max_size": None, "max_age": None}},
-            "logging": {"level": log_level},
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        fresh_dir(self.data_dir)
-        # JSON is YAML: the parent stays stdlib-only.
-        self.config_path.write_text(json.dumps(self.config, indent=2) + "\n")
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": f"{REPO_ROOT}{os.pathsep + path if path else ''}"}
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "relay.cli", "run", "--config",
-                                          str(self.config_path)], cwd=REPO_ROOT, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not (self._listening(self.listen_port) and self._listening(self.metrics_port)):
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"the relay did not start listening within 30 s\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    @staticmethod
-    def _listening(port: int) -> bool:
-        with socket.socket() as probe:
-            probe.settimeout(0.5)
-            return probe.connect_ex(("127.0.0.1", port)) == 0
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def check_alive(self) -> None:
-        if not self.alive():
-            raise BenchError(f"the relay exited (status {self.proc.returncode if self.proc else '?'})\n"
-                             f"{self.log_tail()}")
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "relay log (tail):\n" + "\n".join(text.splitlines()[-lines:])
-
-    def metrics(self) -> dict[str, float]:
-        """The unlabelled samples of /metrics, by name."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as reply:
-            text = reply.read().decode()
-        values = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#") and "{" not in line:
-                name, _, value = line.partition(" ")
-                try:
-                    values[name] = float(value.split()[0])
-                except (ValueError, IndexError):
-                    pass
-        return values
-
-    def wait_stored(self, files: list[BinlogFile], timeout: float, poll: float = 0.05) -> float:
-        """Wait until the relay's committed end is the primary's end and its data_dir holds the
-        primary's files at their sizes; returns the seconds since the relay was started."""
-        last = files[-1]
-        target = (float(int(last.name.rsplit(".", 1)[1])), float(last.size))
-        started = time.monotonic()
-        deadline = started + timeout
-        while True:
-            self.check_alive()
-            values = self.metrics()
-            committed = (values.get("binlog_relay_committed_file_number"),
-                         values.get("binlog_relay_committed_position_bytes"))
-            if committed == target and all(self._stored_size(f.name) == f.size for f in files):
-                return time.monotonic() - started
-            if time.monotonic() > deadline:
-                raise BenchError(f"the relay did not store the primary's binlog within {timeout:.0f} s "
-                                 f"(committed {committed}, want {target})\n{self.log_tail()}")
-            time.sleep(poll)
-
-    def _stored_size(self, name: str) -> int:
-        try:
-            return (self.data_dir / name).stat().st_size
-        except OSError:
-            return -1
-
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                log("the relay did not stop within 30 s of SIGTERM; killing it")
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
 
 
 # ================================================================ downloads
@@ -274,17 +104,18 @@ class Client:
 class Servers:
     """The two sources, and what is measured of their processes during a run."""
 
-    def __init__(self, relay: RelayProcess, sandbox: Sandbox) -> None:
+    def __init__(self, relay: RelayProcess, primary: LocalMariaDB) -> None:
         self.relay = relay
-        self.sandbox = sandbox
+        self.primary = primary
 
     def port(self, source: str) -> int:
-        return self.relay.listen_port if source == RELAY else self.sandbox.port
+        return self.relay.port if source == RELAY else self.primary.port
 
     def pid(self, source: str) -> int:
-        if source == RELAY:
-            return self.relay.pid
-        return int((self.sandbox.dir / "mysqld.pid").read_text().strip())
+        pid = self.relay.pid if source == RELAY else self.primary.pid
+        if pid is None:
+            raise BenchError(f"the {source} is not running")
+        return pid
 
 
 class Runner:
@@ -321,7 +152,7 @@ class Runner:
             "client_cpu_sys_s": run.sys_s,
             "client_peak_rss_mib": run.peak_rss_kib / 1024,
             "server_cpu_s": server_cpu,
-            "relay_peak_rss_mib": vm_hwm_kib(self.servers.relay.pid) / 1024 if source == RELAY else None,
+            "relay_peak_rss_mib": status_kib(self.servers.relay.pid, "VmHWM") / 1024 if source == RELAY else None,
             "verified": True,
         }
 
@@ -370,7 +201,7 @@ class Runner:
                     c.proc.kill()
             sampling.set()
         server_cpu = cpu_seconds(server_pid) - cpu_before
-        relay_peak = vm_hwm_kib(self.servers.relay.pid) / 1024 if source == RELAY else None
+        relay_peak = status_kib(self.servers.relay.pid, "VmHWM") / 1024 if source == RELAY else None
         if timed_out:
             raise BenchError(f"{len(timed_out)} of {clients} downloads from the {source} took longer than "
                              f"--timeout {self.args.timeout:.0f} s")
@@ -452,49 +283,7 @@ def profile_relay(args: argparse.Namespace, runner: Runner) -> dict[str, Any]:
         raise BenchError(f"py-spy wrote no profile:\n{spy_log.read_text(errors='replace')[-1500:]}")
     return {"tool": "py-spy", "rate": args.profile_rate, "clients": args.profile_clients, "file": str(out),
             "seconds": record["seconds"], "relay_cpu_s": record["server_cpu_s"],
-            "summary": summarize_speedscope(out)}
-
-
-def summarize_speedscope(path: Path, top: int = 20) -> str:
-    """Hot spots of a py-spy profile, per function (self and inclusive) and per line (self), as %
-    of all samples.  Sampled without --idle: a sample counts when the relay's thread is not
-    waiting in a system call (epoll), i.e. running or ready to run (on a busy machine, a thread
-    waiting for a CPU is sampled too)."""
-    data = json.loads(path.read_text())
-    frames = data["shared"]["frames"]
-
-    def where(i: int) -> str:
-        return "/".join(Path(frames[i].get("file") or "?").parts[-3:])
-
-    func = [f"{f['name']} ({where(i)})" for i, f in enumerate(frames)]
-    line = [f"{f['name']} ({where(i)}:{f.get('line', '?')})" for i, f in enumerate(frames)]
-    self_fn: dict[str, float] = {}
-    total_fn: dict[str, float] = {}
-    self_line: dict[str, float] = {}
-    grand = 0.0
-    samples = 0
-    for prof in data["profiles"]:
-        samples += len(prof["samples"])
-        for stack, weight in zip(prof["samples"], prof["weights"]):
-            grand += weight
-            if not stack:
-                continue
-            self_fn[func[stack[-1]]] = self_fn.get(func[stack[-1]], 0) + weight
-            self_line[line[stack[-1]]] = self_line.get(line[stack[-1]], 0) + weight
-            for name in {func[i] for i in stack}:
-                total_fn[name] = total_fn.get(name, 0) + weight
-    if not grand:
-        return "(no samples)"
-
-    def rows(weights: dict[str, float]) -> list[list[object]]:
-        best = sorted(weights.items(), key=lambda kv: -kv[1])[:top]
-        return [[f"{100 * w / grand:5.1f}%", name] for name, w in best]
-
-    return (f"{samples} samples ({grand:.2f} s) of the relay not idle (running or runnable).\n"
-            "Self time per function (% of samples):\n"
-            + table(["self", "function"], rows(self_fn))
-            + "\n\nInclusive time per function:\n" + table(["total", "function"], rows(total_fn))
-            + "\n\nSelf time per line:\n" + table(["self", "line"], rows(self_line)))
+            "summary": summarize_speedscope(out, "of the relay not idle (running or runnable)")}
 
 
 # ================================================================ the benchmark
@@ -504,42 +293,36 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     require_programs(MARIADB_BINLOG, "mariadbd", "mariadb")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    sandbox: Sandbox | None = None
+    primary: LocalMariaDB | None = None
     relay: RelayProcess | None = None
     runner: Runner | None = None
     try:
-        sandbox = prepare_primary(args)
-        target = sandbox.master_status()
-        log("counting the events of the primary's files")
-        files = primary_binlogs(sandbox, cache=sandbox.dir / EVENT_CACHE)
-        if (files[-1].name, files[-1].size) != target:
-            raise BenchError(f"SHOW MASTER STATUS {target} is not the end of the last binlog "
-                             f"{files[-1].name}:{files[-1].size}: is something writing to the primary?")
+        primary = prepare_primary(args)
+        files = measured_binlog(args, primary)
         total = sum(f.size for f in files)
-        if total < args.min_mb * MIB:
-            raise BenchError(f"the binlog holds {mib(total):.0f} MiB, less than --min-mb {args.min_mb}")
+        target = (files[-1].name, files[-1].size)
 
-        relay = RelayProcess(workdir, args.port, args.relay_port, args.metrics_port, args.relay_log_level)
-        log(f"starting the relay (storage.sync none) on 127.0.0.1:{relay.listen_port}, metrics on "
-            f":{relay.metrics_port}; it stores the whole binlog first (not measured)")
-        relay.start()
-        ingest_s = relay.wait_stored(files, args.timeout)
+        log("starting the relay (storage.sync none); it stores the whole binlog first (not measured)")
+        relay = start_bench_relay(workdir, args.port, log_level=args.relay_log_level, listen_port=args.relay_port,
+                                  metrics_port=args.metrics_port)
+        log(f"the relay listens on 127.0.0.1:{relay.port}, metrics on :{relay.metrics_port}")
+        ingest_s = wait_stored(relay, files, args.timeout)
         check_copy(files, relay.data_dir)  # also brings both copies into the page cache
-        ingest_peak = vm_hwm_kib(relay.pid) / 1024
-        idle_rss = vm_rss_kib(relay.pid) / 1024
+        ingest_peak = status_kib(relay.pid, "VmHWM") / 1024
+        idle_rss = status_kib(relay.pid, "VmRSS") / 1024
         log(f"the relay stored {mib(total):.1f} MiB in {ingest_s:.1f} s (checked byte for byte); "
             f"RSS {idle_rss:.0f} MiB, peak so far {ingest_peak:.0f} MiB")
         if not reset_peak_rss(relay.pid):
             log("warning: cannot reset the relay's VmHWM (/proc/PID/clear_refs); its peak RSS includes the ingest")
 
-        servers = Servers(relay, sandbox)
+        servers = Servers(relay, primary)
         runner = Runner(args, files, servers)
         info = {
-            "primary": {"version": sandbox.version(), "host": "127.0.0.1", "port": args.port,
-                        "binlog_checksum": sandbox.sql("SELECT @@binlog_checksum")[0][0]},
+            "primary": {"version": server_version(primary), "host": "127.0.0.1", "port": args.port,
+                        "binlog_checksum": primary.sql("SELECT @@binlog_checksum")[0][0]},
             "binlog": {"files": [{"name": f.name, "bytes": f.size, "events": f.events} for f in files],
                        "bytes": total, "mib": mib(total), "events": runner.total_events},
-            "relay": {"commit": git_commit(), "port": relay.listen_port, "pid": relay.pid,
+            "relay": {"commit": git_commit(), "port": relay.port, "pid": relay.pid,
                       "config": {k: v for k, v in relay.config.items() if k not in ("users", "upstream")},
                       "ingest_s": ingest_s, "ingest_peak_rss_mib": ingest_peak, "idle_rss_mib": idle_rss},
             "machine": machine_info(),
@@ -577,27 +360,23 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"  {record['seconds']:.2f} s, aggregate {record['aggregate_mib_per_s']:.1f} MiB/s, "
                     f"server CPU {record['server_cpu_s']:.2f} s{rss} (verified)")
 
-        after = sandbox.master_status()
+        after = primary.master_status()
         if after != target:
             raise BenchError(f"the primary was written to during the benchmark: {target} -> {after}")
         results = {**info, "single": single, "concurrent": concurrent,
                    "summary": summarize(single, concurrent)}
         if args.profile:
             results["profile"] = profile_relay(args, runner)
-        results["relay"]["exit_rss_mib"] = vm_rss_kib(relay.pid) / 1024
+        results["relay"]["exit_rss_mib"] = status_kib(relay.pid, "VmRSS") / 1024
         return results
     finally:
         if runner is not None:
             runner.clean()
-        if relay is not None:
-            status = relay.stop()
-            if status not in (0, None):
-                log(f"the relay exited with status {status}\n{relay.log_tail()}")
-            shutil.rmtree(relay.data_dir, ignore_errors=True)
-        finish_primary(args, sandbox)
-        if sandbox is not None and args.destroy and not args.keep:
-            log(f"--destroy: removing {sandbox.dir}")
-            sandbox.destroy()
+        stop_relay(relay)
+        finish_primary(args, primary)
+        if primary is not None and args.destroy and not args.keep:
+            log(f"--destroy: removing {primary.base_dir}")
+            primary.destroy()
 
 
 def summarize(single: list[dict[str, Any]], concurrent: list[dict[str, Any]]) -> dict[str, Any]:
@@ -696,11 +475,8 @@ def report(results: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_primary_options(p, size_mb=600, min_mb=500, max_binlog_size="256M", port=26306, name="benchp")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
-                        "and keep its directory (server stopped) for the next one")
-    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end (the server stops)")
     p.add_argument("--destroy", action="store_true",
                    help="destroy the sandbox at the end even with --reuse (scripts/bench.sh all uses this "
                         "to share one primary between the benchmarks)")
@@ -710,17 +486,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="concurrent runs from each source (0: none)")
     p.add_argument("--no-primary-concurrent", action="store_true",
                    help="concurrent runs from the relay only (no reference from the primary)")
-    p.add_argument("--size-mb", type=int, default=600, help="MiB of binlog to generate for a new primary")
-    p.add_argument("--min-mb", type=int, default=500, help="refuse to measure a smaller binlog (MiB)")
-    p.add_argument("--max-binlog-size", default="256M", help="the primary's max_binlog_size")
-    p.add_argument("--port", type=int, default=26306, help="the sandbox primary's port")
     p.add_argument("--relay-port", type=int, default=0, help="the relay's listen port (0: a free one)")
     p.add_argument("--metrics-port", type=int, default=0, help="the relay's metrics port (0: a free one)")
     p.add_argument("--relay-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="the relay's logging.level (its log is WORKDIR/relay.log)")
-    p.add_argument("--name", default="benchp", help="the sandbox's name")
-    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
-                   help="where the primary's directory (my.cnf, data/) lives")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/serve",
                    help="the relay's data_dir, config and log, and the downloads (one fresh directory each; "
                         "a concurrent run needs clients x binlog size of free space)")
@@ -739,26 +508,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM: stop the relay and the primary on the way out, as for Ctrl-C
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        results = run_benchmark(args)
-    except BenchError as exc:
-        log(f"benchmark failed: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    print(report(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-        log(f"results written to {args.json}")
-    return 0
+    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
 
 
 if __name__ == "__main__":

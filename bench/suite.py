@@ -1,7 +1,7 @@
 """The benchmark suite: every scenario in one run, written up as BENCHMARKS.md (tables with the
 ratio against MariaDB, the machine, pictures) and one JSON.
 
-    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest] [--out DIR] [--reuse]
+    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest,memory,decode] [--out DIR] [--reuse]
     python3 -m bench.suite --smoke --out /tmp/x     # tiny sizes, seconds: proves the code runs
 
 Scenarios (each module's own docstring says how it measures; all alternate relay and MariaDB
@@ -9,7 +9,9 @@ in one run):
   latency   bench/latency.py   commit -> row visible on a replica, direct vs through the relay
   capacity  bench/capacity.py  raw dump clients 1/10/50/100 at once, relay vs primary
   catchup   bench/catchup.py   a fresh replica's IO thread fetching the binlog, relay vs primary
-  ingest    bench/ingest.py    the relay fetching the binlog vs mariadb-binlog --raw
+  ingest    bench/ingest.py    the relay fetching the binlog vs mariadb-binlog --raw (and a discard reader)
+  memory    bench/memory.py    peak RSS ingesting and exporting one 1 GB transaction
+  decode    bench/decode.py    row decoding and the export's JSON form vs python-mysql-replication
 capacity, catchup and ingest share one sandbox primary (filled once by sysbench; ``--reuse``
 keeps it for the next run).  Pictures (matplotlib, the ``bench`` extra): throughput per client
 count, the latency distribution, catch-up MiB/s; without matplotlib the tables are written alone.
@@ -19,16 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from . import capacity, catchup, ingest, latency
-from .common import REPO_ROOT, BenchError, log, machine_info
+from relay.sandbox.ports import free_port
 
-SCENARIOS = ("latency", "capacity", "catchup", "ingest")
+from . import capacity, catchup, decode, ingest, latency, memory
+from .common import REPO_ROOT, log, machine_info, run_main, sandbox_primary
+
+SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode")
 ASSETS = "benchmarks"  # beside BENCHMARKS.md: the pictures and the JSON
 
 
@@ -49,11 +52,15 @@ def scenario_args(args: argparse.Namespace) -> dict[str, list[str]]:
                      "--workdir", str(work / "capacity")],
         "catchup": [*shared, *keep, *rounds, "--workdir", str(work / "catchup")],
         "ingest": [*shared, *keep, *rounds, "--workdir", str(work / "ingest")],
+        "memory": [*(["--size-mb", "3", "--port", str(free_port())] if args.smoke else []), "--sandbox-dir",
+                   args.sandbox_dir, *keep, *rounds, "--workdir", str(work / "memory")],
+        "decode": [*(["--oltp", "50", "--bulk", "500"] if args.smoke else []), *rounds],
     }
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
-    modules = {"latency": latency, "capacity": capacity, "catchup": catchup, "ingest": ingest}
+    modules = {"latency": latency, "capacity": capacity, "catchup": catchup, "ingest": ingest, "memory": memory,
+               "decode": decode}
     argv = scenario_args(args)
     results: dict[str, Any] = {"machine": machine_info(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "smoke": args.smoke, "scenarios": {}}
@@ -61,14 +68,10 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         log(f"suite: {name}: python3 -m bench.{name} {' '.join(argv[name])}")
         module = modules[name]
         scenario = module.parse_args(argv[name])
-        if args.smoke and name == "ingest":
-            scenario.fill = "sql"
         results["scenarios"][name] = module.run_benchmark(scenario)
         print(module.report(results["scenarios"][name]), flush=True)
-    if not args.reuse and not args.keep_sandbox and any(n != "latency" for n in args.scenarios):
-        from .common import Sandbox
-
-        Sandbox(args.name, args.port, args.sandbox_dir).destroy()
+    if not args.reuse and not args.keep_sandbox and set(args.scenarios) & {"capacity", "catchup", "ingest"}:
+        sandbox_primary(args).destroy()
     return results
 
 
@@ -226,13 +229,50 @@ def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
         lines.append("")
     if "ingest" in scenarios:
         ing = scenarios["ingest"]
+        b = ing["binlog"]
         lines += ["## Ingest: the relay fetching the binlog vs `mariadb-binlog --raw`", "",
-                  "| tool | seconds | MiB/s | CPU s | peak RSS MiB | ratio |", "|---|---:|---:|---:|---:|---:|"]
+                  f"{b['mib']:.0f} MiB ({b['events']:,} events), {ing['rounds']} alternating rounds. The discard "
+                  "reader reads the same dump into a buffer it throws away: the most the primary's dump thread "
+                  "hands out here. Goal: ratio >= 1.0.", "",
+                  "| tool | seconds | MiB/s | CPU s | peak RSS MiB | ratio | of the discard reader |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for tool, row in ing["summary"]["tools"].items():
+            ratio = f"{row['ratio']:.2f}" if "ratio" in row else ("1.00 (ref)" if tool.startswith("mariadb") else "-")
+            rss = f"{row['max_peak_rss_mib']:.0f}" if row["max_peak_rss_mib"] else "-"
             lines.append(f"| {tool} | {row['median_seconds']:.2f} | {row['median_mib_per_s']:.1f} | "
-                         f"{row['median_cpu_s']:.2f} | {row['max_peak_rss_mib']:.0f} | "
-                         + (f"{row['ratio']:.2f} |" if "ratio" in row else "1.00 (ref) |"))
-        lines.append("")
+                         f"{row['median_cpu_s']:.2f} | {rss} | {ratio} | {row.get('of_ceiling', 1.0):.2f} |")
+        head = ing["summary"]["headline"]
+        lines += ["", f"Ratio {head['ratio']:.2f} ({_goal(head['goal_met'])}); {head['of_ceiling']:.2f} of the "
+                      "discard reader.", ""]
+    if "memory" in scenarios:
+        mem = scenarios["memory"]
+        t = mem["transaction"]
+        lines += ["## Memory: one transaction of 1 GB", "",
+                  f"One event group of {t['mib']:.0f} MiB ({t['rows']} rows of 1 MiB), {mem['rounds']} alternating "
+                  "rounds. Ingest: the relay (`sync: commit`) vs `mariadb-binlog --raw`; export: the Spark "
+                  "worker's path (change rows, JSON images, Arrow batches) vs python-mysql-replication reading "
+                  "the same rows. Goal: the relay's peak RSS <= 200 MB in both.", "",
+                  "| phase | tool | seconds | peak RSS MiB |", "|---|---|---:|---:|"]
+        for phase, s in mem["summary"].items():
+            for tool, row in s["tools"].items():
+                lines.append(f"| {phase} | {tool} | {row['median_seconds']:.1f} | {row['max_peak_rss_mib']:.0f} |")
+        lines += [""] + [f"{phase.capitalize()}: relay {s['relay_peak_rss_mib']:.0f} MiB "
+                         f"({_goal(s['goal_met'])})." for phase, s in mem["summary"].items()] + [""]
+    if "decode" in scenarios:
+        dec = scenarios["decode"]
+        lines += ["## Pipeline decode: change rows and their JSON, vs python-mysql-replication", "",
+                  f"One core, CPU seconds of the decoding process, {dec['rounds']} rounds: *oltp* ({dec['oltp']:,} "
+                  f"small transactions) and *bulk* (one INSERT ... SELECT of {dec['bulk']:,} rows). *relay*: change "
+                  "rows decoded; *relay+json*: and each row image turned into the JSON the export writes. Ratio: "
+                  f"mysql-replication's CPU seconds over the relay's for the same file. Goals: decoding >= "
+                  f"{dec['goals']['decode']:.0f}x, export form >= {dec['goals']['export']:.0f}x.", "",
+                  "| workload | tool | CPU s | range | k rows/s | ratio |", "|---|---|---:|---:|---:|---:|"]
+        for label, w in dec["workloads"].items():
+            for tool, row in w["tools"].items():
+                lines.append(f"| {label} | {tool} | {row['cpu_s']:.2f} | {row['cpu_s_min']:.2f}-{row['cpu_s_max']:.2f} "
+                             f"| {row['rows_per_s'] / 1000:.0f} | {row['ratio']:.1f} |")
+        lines += [""] + [f"{label}: decoding {_goal(w['goals']['decode'])}, export form {_goal(w['goals']['export'])}."
+                         for label, w in dec["workloads"].items()] + [""]
     if results.get("notes"):
         lines += ["## Notes", "", results["notes"].strip(), ""]
     return "\n".join(lines)
@@ -253,7 +293,7 @@ def write(results: dict[str, Any], out: Path, notes: str | None = None) -> Path:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.suite", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--scenarios", default="latency,capacity,catchup", help=f"comma-separated, of {', '.join(SCENARIOS)}")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
     p.add_argument("--out", default=str(REPO_ROOT), help="where BENCHMARKS.md goes (benchmarks/ beside it: the JSON, PNGs)")
     p.add_argument("--notes", metavar="FILE", help="markdown appended to BENCHMARKS.md as its Notes section")
     p.add_argument("--from-json", metavar="PATH", help="rewrite BENCHMARKS.md from an earlier benchmarks.json")
@@ -272,8 +312,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.scenarios = [s for s in args.scenarios.split(",") if s]
     if args.port == 0:
-        from relay.localdb import free_port
-
         args.port = free_port()
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
@@ -281,25 +319,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
     notes = Path(args.notes).read_text() if args.notes else None
-    try:
-        results = json.loads(Path(args.from_json).read_text()) if args.from_json else run_suite(args)
-    except BenchError as exc:
-        log(f"benchmark failed: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        log("interrupted")
-        return 130
-    path = write(results, Path(args.out), notes)
-    log(f"written: {path}, {path.parent / ASSETS / 'benchmarks.json'}")
-    return 0
+
+    def results() -> dict[str, Any]:
+        return json.loads(Path(args.from_json).read_text()) if args.from_json else run_suite(args)
+
+    def written(found: dict[str, Any]) -> None:
+        path = write(found, Path(args.out), notes)
+        log(f"written: {path}, {path.parent / ASSETS / 'benchmarks.json'}")
+
+    return run_main(results, written)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ SCHEMA = StructType([
 ])
 
 BATCH_ROWS = 4096
+# A batch also ends at this many bytes of row images: 4096 rows of 1 MB blobs would be 4 GB.
+BATCH_BYTES = 8 << 20
 
 
 _OPTION_NAMES = ("since", "until", "tables", "splitBytes", "segmentBytes", "ddl")
@@ -150,7 +152,7 @@ def read_partition(part: BinlogPartition) -> Iterator[Any]:
     cols: list[list[Any]] = [[] for _ in range(13)]
     (c_file, c_pos, c_gtid, c_ts, c_sid, c_db, c_table, c_op, c_seq, c_before, c_after, c_query,
      c_txn) = cols
-    n = 0
+    n = size = 0
     for c in changes:
         c_file.append(c.file)
         c_pos.append(c.pos)
@@ -162,17 +164,20 @@ def read_partition(part: BinlogPartition) -> Iterator[Any]:
         c_op.append(c.op)
         c_seq.append(c.seq)
         tm = c.table_map
-        c_before.append(None if c.before is None else row_json(c.before, tm))
-        c_after.append(None if c.after is None else row_json(c.after, tm))
+        before = None if c.before is None else row_json(c.before, tm)
+        after = None if c.after is None else row_json(c.after, tm)
+        c_before.append(before)
+        c_after.append(after)
         c_query.append(c.query)
         c_txn.append(c.txn_pos)
         n += 1
-        if n >= BATCH_ROWS:
+        size += len(before or "") + len(after or "") + len(c.query or "")
+        if n >= BATCH_ROWS or size >= BATCH_BYTES:
             yield pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(cols, schema)],
                                              schema=schema)
             for col in cols:
                 col.clear()
-            n = 0
+            n = size = 0
     if n:
         yield pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(cols, schema)],
                                          schema=schema)

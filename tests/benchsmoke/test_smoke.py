@@ -1,0 +1,62 @@
+"""One tiny run of every benchmark scenario (bench/suite.py --smoke): real MariaDB servers, the
+real relay and real clients, seconds in all.  No figure is judged (they mean nothing at this
+size); the run must finish and write a well-formed BENCHMARKS.md and JSON, so the benchmark code
+cannot rot between the real runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from bench import suite
+from relay.sandbox.ports import free_port
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
+def test_every_scenario_runs_and_writes_its_tables(tmp_path):
+    args = suite.parse_args(["--smoke", "--scenarios", "latency,capacity,catchup,ingest,memory,decode", "--name", "smoke",
+                             "--port", str(free_port()), "--sandbox-dir", str(tmp_path / "sandbox"),
+                             "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
+    results = suite.run_suite(args)
+    path = suite.write(results, tmp_path / "out")
+    data = json.loads((tmp_path / "out" / suite.ASSETS / "benchmarks.json").read_text())
+    scenarios = data["scenarios"]
+    assert set(scenarios) == {"latency", "capacity", "catchup", "ingest", "memory", "decode"}
+
+    latency = scenarios["latency"]["summary"]
+    assert set(latency) == {"direct", "relay sync=commit", "relay sync=none"}
+    for source, row in latency.items():
+        assert row["n"] == 4 and all(_finite(row[k]) for k in ("p50", "p90", "p99", "max"))
+        assert row["p50"] <= row["p90"] <= row["p99"] <= row["max"]
+        assert ("added" in row) == (source != "direct")
+
+    capacity = scenarios["capacity"]
+    assert capacity["calibration"]["relay"]["events"] == capacity["calibration"]["primary"]["events"]
+    for count in ("1", "3"):
+        row = capacity["summary"][count]
+        assert _finite(row["ratio"]) and row["ratio"] > 0
+        assert row["relay"]["max_relay_peak_rss_mib"] > 0
+
+    catchup = scenarios["catchup"]["summary"]
+    assert catchup["relay"]["runs"] == catchup["primary"]["runs"] == 1 and _finite(catchup["headline"]["ratio"])
+    ingest = scenarios["ingest"]["summary"]
+    assert _finite(ingest["headline"]["ratio"]) and _finite(ingest["headline"]["of_ceiling"])
+    assert ingest["tools"]["discard reader"]["runs"] == 1
+    memory = scenarios["memory"]
+    assert memory["transaction"]["rows"] == 3
+    assert {r["rows"] for r in memory["runs"] if r["phase"] == "export"} == {3}
+    for phase in ("ingest", "export"):
+        assert memory["summary"][phase]["relay_peak_rss_mib"] > 0
+    for workload in scenarios["decode"]["workloads"].values():
+        assert len({row["rows"] for row in workload["tools"].values()}) == 1
+        assert all(_finite(row["ratio"]) for row in workload["tools"].values())
+
+    text = path.read_text()
+    for heading in ("## Latency", "## Serve capacity", "## Replica catch-up", "## Ingest", "## Memory", "## Pipeline decode"):
+        assert heading in text
+    assert "smoke run" in text
+    for picture in data["pictures"].values():  # written when matplotlib is installed (the bench extra)
+        assert (tmp_path / "out" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
