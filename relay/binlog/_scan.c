@@ -22,6 +22,8 @@
  *   counts, sizes   lists of 256 ints (events and bytes per type), increased in place
  *   Returns where it stopped, and the events it took, concatenated (None if it took none).
  *
+ * crc32(data, value=0) -> zlib.crc32's value, by carry-less multiplication where the CPU has it.
+ *
  * frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)
  *   Serve (outbound.frame_block): the whole stored events at the start of block[:size] as
  *   dump packets (u24 length, sequence id, 00, event), stopping before an event of 16 MB or
@@ -33,6 +35,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PACKET_HEADER 4
@@ -66,10 +69,81 @@ static inline uint32_t le32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The same value as zlib.crc32(data). */
-static uint32_t crc32_of(const unsigned char *p, size_t n)
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_CLMUL_CRC 1
+/*
+ * CRC32 by carry-less multiplication (PCLMULQDQ), the folding method of Intel's "Fast CRC
+ * Computation for Generic Polynomials Using PCLMULQDQ Instruction" (2009) for the reflected
+ * polynomial 0xEDB88320: 64 bytes a step in four lanes, folded to one lane, then to 64 and 32
+ * bits, and a Barrett reduction.  About ten times the speed of slicing-by-8: serving checks
+ * the CRC32 of every stored event it sends, and at a gigabyte a second that check was half
+ * the relay's CPU.  The constants are x^k mod P for the fold distances, and floor(x^64 / P)
+ * with P itself for the reduction (the paper's k1..k6 and mu, bit-reflected).
+ * Takes the running CRC state (not inverted at the ends) and n >= 16 bytes, n a multiple of 16.
+ */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc32_clmul(uint32_t crc, const unsigned char *p, size_t n)
 {
-    uint32_t crc = 0xFFFFFFFFu;
+    const __m128i fold_64 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);   /* k2, k1 */
+    const __m128i fold_16 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);   /* k4, k3 */
+    const __m128i fold_32 = _mm_set_epi64x(0, 0x163cd6124LL);               /* k5 */
+    const __m128i barrett = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);   /* mu, P */
+    const __m128i low32 = _mm_set_epi32(0, 0, 0, -1);
+#define FOLD(x, k, next) \
+    _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next)
+    __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)crc));
+    if (n >= 64) {  /* four lanes, so that the multiplications of one step overlap */
+        __m128i x1 = x;
+        __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+        __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32));
+        __m128i x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+        p += 64;
+        n -= 64;
+        while (n >= 64) {
+            x1 = FOLD(x1, fold_64, _mm_loadu_si128((const __m128i *)p));
+            x2 = FOLD(x2, fold_64, _mm_loadu_si128((const __m128i *)(p + 16)));
+            x3 = FOLD(x3, fold_64, _mm_loadu_si128((const __m128i *)(p + 32)));
+            x4 = FOLD(x4, fold_64, _mm_loadu_si128((const __m128i *)(p + 48)));
+            p += 64;
+            n -= 64;
+        }
+        x = FOLD(x1, fold_16, x2);
+        x = FOLD(x, fold_16, x3);
+        x = FOLD(x, fold_16, x4);
+    } else {
+        p += 16;
+        n -= 16;
+    }
+    while (n >= 16) {
+        x = FOLD(x, fold_16, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+#undef FOLD
+    /* 128 -> 64 bits (appending the 32 zero bits the CRC's definition adds), then -> 32 */
+    x = _mm_xor_si128(_mm_srli_si128(x, 8), _mm_clmulepi64_si128(fold_16, x, 0x01));
+    x = _mm_xor_si128(_mm_srli_si128(x, 4), _mm_clmulepi64_si128(_mm_and_si128(x, low32), fold_32, 0x00));
+    __m128i t = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x, low32), barrett, 0x10), low32);
+    x = _mm_xor_si128(x, _mm_clmulepi64_si128(t, barrett, 0x00));
+    return (uint32_t)_mm_extract_epi32(x, 1);
+}
+
+static int clmul_usable;  /* set once at import: the CPU has PCLMULQDQ and SSE4.1 */
+#endif
+
+/* The same value as zlib.crc32(data, start). */
+static uint32_t crc32_from(uint32_t start, const unsigned char *p, size_t n)
+{
+    uint32_t crc = start ^ 0xFFFFFFFFu;
+#ifdef HAVE_CLMUL_CRC
+    if (clmul_usable && n >= 16) {
+        size_t whole = n & ~(size_t)15;
+        crc = crc32_clmul(crc, p, whole);
+        p += whole;
+        n -= whole;
+    }
+#endif
     while (n >= 8) {
         uint32_t low = le32(p) ^ crc, high = le32(p + 4);
         crc = crc_table[7][low & 0xFF] ^ crc_table[6][(low >> 8) & 0xFF]
@@ -82,6 +156,11 @@ static uint32_t crc32_of(const unsigned char *p, size_t n)
     while (n--)
         crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
     return crc ^ 0xFFFFFFFFu;
+}
+
+static inline uint32_t crc32_of(const unsigned char *p, size_t n)
+{
+    return crc32_from(0, p, n);
 }
 
 typedef struct {
@@ -281,13 +360,30 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
-static PyObject *crc32_py(PyObject *module, PyObject *arg)
+static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    if (nargs < 1 || nargs > 2) {
+        PyErr_Format(PyExc_TypeError, "crc32() takes 1 or 2 arguments (%zd given)", nargs);
         return NULL;
-    uint32_t crc = crc32_of(view.buf, (size_t)view.len);
+    }
+    uint32_t start = 0;
+    if (nargs == 2) {
+        start = (uint32_t)PyLong_AsUnsignedLongMask(args[1]);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc;
+    if (view.len < (1 << 20)) {
+        crc = crc32_from(start, view.buf, (size_t)view.len);
+    } else {  /* a large event's megabytes: other threads (an fsync's hand-back) go on meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc32_from(start, view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    }
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
@@ -297,7 +393,8 @@ static PyMethodDef scan_methods[] = {
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)"},
-    {"crc32", crc32_py, METH_O, "crc32(data) -> int, the same value as zlib.crc32(data)"},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL,
+     "crc32(data, value=0) -> int, the same value as zlib.crc32(data, value)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -309,5 +406,10 @@ static struct PyModuleDef scan_module = {
 PyMODINIT_FUNC PyInit__scan(void)
 {
     crc_table_init();
+#ifdef HAVE_CLMUL_CRC
+    __builtin_cpu_init();
+    clmul_usable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")
+        && getenv("BINLOG_RELAY_NO_CLMUL") == NULL;
+#endif
     return PyModule_Create(&scan_module);
 }

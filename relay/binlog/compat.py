@@ -14,7 +14,6 @@ layouts follow MariaDB's sql_repl.cc ``send_event_to_slave`` and log_event_serve
 from __future__ import annotations
 
 import struct
-import zlib
 
 from . import events as ev
 from ..errors import InputError
@@ -116,5 +115,5 @@ def _mark_replaced(out: bytearray) -> None:
 
 def _finish(out: bytearray, crc: bool) -> bytes:
     if crc:
-        out += zlib.crc32(out).to_bytes(4, "little")
+        out += ev.crc32(out).to_bytes(4, "little")
     return bytes(out)

@@ -8,7 +8,6 @@ filter reads the type byte and, at group starts, the header's server_id.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 from . import events as ev
@@ -214,7 +213,7 @@ def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
     if zero_created:
         struct.pack_into("<I", event, ev.FDE_CREATED_OFFSET, 0)
     if event[-5] == ev.CHECKSUM_CRC32:
-        event[-4:] = zlib.crc32(event[:-4]).to_bytes(4, "little")
+        event[-4:] = ev.crc32(event[:-4]).to_bytes(4, "little")
     return bytes(event)
 
 
@@ -261,7 +260,7 @@ def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: 
         if stop_at_origin is not None and block[pos + 4] in _GROUP_STARTS \
                 and origin_at(block, pos + 5)[0] == stop_at_origin:
             break
-        if verify_crc and zlib.crc32(block[pos:end]) != ev.CRC32_RESIDUE:
+        if verify_crc and ev.crc32(block[pos:end]) != ev.CRC32_RESIDUE:
             break
         if leave_out[block[pos + 4]]:
             pos = end

@@ -8,7 +8,7 @@ the artificial events a primary sends (fake ROTATE, the re-sent FDE, heartbeats)
 are never stored, and follows the primary's file rotations.
 
 This is the relay's hot path: per event it unpacks the 19-byte header, checks the
-CRC with zlib over the whole event, and slices a memoryview.  Inside an open group the
+CRC32 over the whole event (events.crc32), and slices a memoryview.  Inside an open group the
 compiled loop of _scan.c (when built) makes the same checks in C and copies each run of
 events into one block, which costs less than a memoryview per event.
 """
@@ -16,7 +16,6 @@ events into one block, which costs less than a memoryview per event.
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass, field
 
 from ..protocol.packets import is_eof, parse_err, ServerError
@@ -188,7 +187,7 @@ class DumpStream:
         """The hot path: raw bytes of the dump stream in, storage operations out.
 
         Frames packets itself (one pass over the buffer, no object per packet) and handles
-        the common event inline: sequence id, header, CRC32 (one zlib call over the whole
+        the common event inline: sequence id, header, CRC32 (one call over the whole
         event: a correct trailing CRC gives the constant residue), position, group end.
         Anything unusual goes through ``_one``.  Inside an open group, runs of group content
         go through the compiled loop of _scan.c when it is built: the same checks, in C."""
@@ -203,7 +202,7 @@ class DumpStream:
         seq = self._framing.seq
         u32 = _U32_AT.unpack_from
         packet_and_header = _PACKET_AND_HEADER.unpack_from
-        crc32 = zlib.crc32
+        crc32 = ev.crc32
         counts, sizes = self.event_counts, self.event_bytes
         ends_group = self._groups.ends_group
         groups = self._groups
@@ -290,7 +289,7 @@ class DumpStream:
                               f" in {self.file} near {self.position}")
         event = payload[1:]
         checked = self.checksum_alg if etype != ev.FORMAT_DESCRIPTION_EVENT else event[-5]
-        if checked == ev.CHECKSUM_CRC32 and zlib.crc32(event) != _CRC_RESIDUE:
+        if checked == ev.CHECKSUM_CRC32 and ev.crc32(event) != _CRC_RESIDUE:
             self._bad_checksum(event, etype, log_pos)
         if log_pos == 0 or flags & ev.LOG_EVENT_ARTIFICIAL_F or etype in _HEARTBEATS:
             self._artificial(etype, event, log_pos)

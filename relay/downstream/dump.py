@@ -8,7 +8,6 @@ Reading the stored files is ``storage.reader``'s, choosing what a client gets is
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -118,6 +117,7 @@ class Dump:
         self.flush = flush
         self.state = state
         self._block: memoryview | None = None  # read buffer of the fast path, reused
+        self._block_size = 0  # of the fast path's next block (0: none yet)
 
     def plan(self) -> tuple[TailReader, GtidStart | ExcludedGroups | None]:
         """Where the dump starts: the requested file/position, a MariaDB GTID start, or the GTID
@@ -223,25 +223,27 @@ class Dump:
     async def _send_block(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
         """Read a block into the dump's own buffer and frame it in one pass; False if the event
         at the position does not fit in a block (the general path takes it)."""
-        size = serve_block_size(len(self.context.registry.all_dumps))
-        if self._block is None:
-            # Start small and double per block: replicas reconnecting together (after a restart)
-            # start their dumps one by one, each seeing only those before it, and all their first
-            # blocks would be big at once.
-            self._block = memoryview(bytearray(MIN_SERVE_BLOCK))
-        elif len(self._block) != size:
-            self._block = memoryview(bytearray(min(size, 2 * len(self._block))))
-        size = reader.read_block(self._block, end)
-        run = frame_block(self._block, size, self.conn.sequence_id, outbound.options.replica_server_id,
-                          verify_crc=reader.checksummed, leave_out=outbound.left_out_types())
+        # Start small and double per block: replicas reconnecting together (after a restart)
+        # start their dumps one by one, each seeing only those before it, and all their first
+        # blocks would be big at once.
+        share = serve_block_size(len(self.context.registry.all_dumps))
+        self._block_size = min(share, 2 * self._block_size) if self._block_size else MIN_SERVE_BLOCK
+        block = reader.mapped_block(end, self._block_size)
+        if block is None:  # the file being written: read into the dump's own buffer
+            buffer = self._buffer()
+            block = buffer[: reader.read_block(buffer, end)]
+        with block:
+            run = frame_block(block, len(block), self.conn.sequence_id, outbound.options.replica_server_id,
+                              verify_crc=reader.checksummed, leave_out=outbound.left_out_types())
+            last_timestamp = int.from_bytes(block[run.last_event : run.last_event + 4], "little")
         if not run.used:
-            return size >= ev.HEADER_LEN and await self._stream_large_event(reader, outbound, end)
+            return await self._stream_large_event(reader, outbound, end)
         reader.advance(reader.position + run.used)
         outbound.position = reader.position
         if not run.events:  # only events this replica does not get
             return True
         self.conn.send_framed(run.data, run.next_sequence_id)
-        self._account(run.events, run.used, int.from_bytes(self._block[run.last_event : run.last_event + 4], "little"))
+        self._account(run.events, run.used, last_timestamp)
         await self.flush()
         self.state.position = reader.position
         return True
@@ -251,8 +253,9 @@ class Dump:
         through the block piece by piece instead of read whole and framed into a copy: 100 dumps
         crossing such events together would otherwise hold 1-2 MiB each.  False (the general path)
         for what the framer would refuse: 16 MB and more, the replica's own group start, a bad CRC32."""
-        block = self._block
-        assert block is not None
+        block = self._buffer()
+        if reader.read_block(block[: ev.HEADER_LEN], end) < ev.HEADER_LEN:
+            return False
         header = bytes(block[: ev.HEADER_LEN])
         length = int.from_bytes(header[9:13], "little")
         start = reader.position
@@ -264,7 +267,7 @@ class Dump:
         if reader.checksummed:  # checked before any byte leaves: a damaged event is never sent
             crc = 0
             for offset in range(start, start + length, len(block)):
-                crc = zlib.crc32(block[: reader.read_block_at(block, offset, start + length)], crc)
+                crc = ev.crc32(block[: reader.read_block_at(block, offset, start + length)], crc)
             if crc != ev.CRC32_RESIDUE:
                 return False
         sequence_id = self.conn.sequence_id
@@ -278,6 +281,12 @@ class Dump:
         self._account(1, length, int.from_bytes(header[0:4], "little"))
         self.state.position = reader.position
         return True
+
+    def _buffer(self) -> memoryview:
+        """The dump's read buffer, of the current block size (a mapped file needs none)."""
+        if self._block is None or len(self._block) != self._block_size:
+            self._block = memoryview(bytearray(self._block_size))
+        return self._block
 
     def _account(self, events: int, size: int, last_timestamp: int) -> None:
         registry = self.context.registry

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import tempfile
-import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -141,7 +140,7 @@ def _crc_fails(etype: int, event: memoryview, checksum_alg: int) -> bool:
     if etype == ev.FORMAT_DESCRIPTION_EVENT:
         # The FDE says itself whether it has a CRC; it is computed with BINLOG_IN_USE cleared.
         return event[-5] == ev.CHECKSUM_CRC32 and not ev.checksum_matches(event)
-    return checksum_alg == ev.CHECKSUM_CRC32 and zlib.crc32(event) != ev.CRC32_RESIDUE
+    return checksum_alg == ev.CHECKSUM_CRC32 and ev.crc32(event) != ev.CRC32_RESIDUE
 
 
 def _rotate_name(raw: str) -> str:

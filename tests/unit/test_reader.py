@@ -148,3 +148,53 @@ def test_a_finished_file_cut_inside_an_event_is_reported(relay_log):
                 reader.read_events(step.end)
     assert damaged.value.position == cut_offset
     reader.close()
+
+
+def test_a_finished_file_is_read_through_a_mapping_the_file_being_written_is_not(relay_log):
+    relay_log.apply([_whole_file(SECOND)])  # FIRST is finished
+    finished, current = TailReader(relay_log, FIRST, 4), TailReader(relay_log, SECOND, 4)
+    for reader in (finished, current):
+        reader.start()
+        assert isinstance(reader.poll(), FileStart) and isinstance(reader.poll(), Available)
+    start = finished.position
+    with finished.mapped_block(len(BINLOG), 100) as view:
+        assert bytes(view) == BINLOG[start:start + 100]
+    assert finished.position == start  # moved only by advance
+    assert current.mapped_block(len(BINLOG), 100) is None  # read_block reads it
+    finished.close()
+    current.close()
+
+
+def _resident_kib(path) -> int:
+    """Resident pages of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if "-" in line.split(" ", 1)[0]:
+                inside = line.rstrip().endswith(str(path))
+            elif inside and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_the_pages_of_a_mapped_file_are_handed_back_once_sent(relay_log):
+    relay_log.apply([_whole_file(SECOND)])
+    path = relay_log.path(FIRST)
+    with open(path, "ab") as grown:  # the events again, for pages enough to count
+        grown.write(BINLOG[4:] * ((16 << 20) // len(BINLOG)))
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    reader.poll()
+    end = path.stat().st_size
+    most = 0
+    while reader.position < end:
+        with reader.mapped_block(end, 256 << 10) as view:
+            bytes(view)  # read every page of the block, as the framer does
+            most = max(most, _resident_kib(path))
+            reader.advance(reader.position + len(view))
+        # and a stretch not read through the mapping (a large event goes through read_block_at):
+        # the next block's fault maps pages of it, behind the position
+        reader.advance(min(end, reader.position + (520 << 10) + 12345))
+    # a block, and what a fault maps around it (a large folio: 2 MiB), not the 16 MiB read
+    assert most <= 6 << 10, f"{most} KiB of {path.name} resident while reading it"
+    reader.close()

@@ -1,6 +1,9 @@
 """The dump stream and group boundaries, on a real MariaDB 10.11 dump (tests/fixtures/wire)."""
 
+import os
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -323,11 +326,22 @@ def test_receive_refuses_a_wrong_sequence_id_inside_a_group(scan_loop):
         _receive_all(bytes(data), 1 << 20)
 
 
-@given(st.binary(max_size=300))
-def test_compiled_crc32_equals_zlib(data):
+@given(st.binary(max_size=3000), st.integers(0, 17), st.integers(0, 2**32 - 1))
+def test_compiled_crc32_equals_zlib(data, offset, start):
+    """Any length (the carry-less path takes 64 bytes and more, by 16), any alignment, any start."""
     from relay.binlog import _scan
 
-    assert _scan.crc32(data) == zlib.crc32(data)
+    view = memoryview(data)[offset:]
+    assert _scan.crc32(view, start) == zlib.crc32(view, start)
+    assert _scan.crc32(view) == zlib.crc32(view)
+
+
+def test_compiled_crc32_without_carry_less_multiplication_equals_zlib():
+    """The table path alone (CPUs without PCLMULQDQ), forced in a process of its own."""
+    check = ("import os, zlib; from relay.binlog import _scan; data = os.urandom(1 << 16); "
+             "assert all(_scan.crc32(data[i:i + n], i) == zlib.crc32(data[i:i + n], i) "
+             "for i in range(9) for n in (0, 1, 63, 64, 65, 1000, 40000))")
+    subprocess.run([sys.executable, "-c", check], check=True, env={**os.environ, "BINLOG_RELAY_NO_CLMUL": "1"})
 
 
 DUMP_BYTES = _dump_bytes()
