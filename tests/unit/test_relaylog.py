@@ -159,7 +159,7 @@ async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_r
     nursery.start_soon(relay_log.run_committer)
     await trio.testing.wait_all_tasks_blocked()
     in_fsync, release = threading.Event(), threading.Event()
-    real_fsync = os.fsync
+    real_fsync = os.fdatasync
 
     def slow_fsync(fd: int) -> None:
         if threading.current_thread() is not threading.main_thread():  # the committer's worker
@@ -167,7 +167,7 @@ async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_r
             release.wait(10)
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", slow_fsync)
+    monkeypatch.setattr(os, "fdatasync", slow_fsync)
     first, second, third, *_ = _group_segments(BINLOG)
     relay_log.apply([first])
     await trio.to_thread.run_sync(in_fsync.wait, 10)
@@ -190,14 +190,14 @@ async def test_a_lost_upstream_during_an_fsync_keeps_whole_groups_and_cuts_the_r
 async def test_a_failed_fsync_stops_ingest_with_the_file_named(tmp_path, monkeypatch):
     relay_log = RelayLog(tmp_path, sync="commit", inline_fsync_max_bytes=0)  # the committer's thread
     relay_log.open()
-    real_fsync = os.fsync
+    real_fsync = os.fdatasync
 
     def failing_fsync(fd: int) -> None:
         if threading.current_thread() is not threading.main_thread():  # the committer's worker
             raise OSError(5, "Input/output error")
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "fdatasync", failing_fsync)
     first, *_ = _group_segments(BINLOG)
     with pytest.raises(DataDirError, match=f"fsync of .*{NAME} failed: .*Input/output error"):
         async with trio.open_nursery() as nursery:
@@ -229,13 +229,13 @@ async def test_the_fsyncs_of_a_slow_disk_go_to_the_committers_thread(tmp_path, n
     relay_log.open()
     nursery.start_soon(relay_log.run_committer)
     await trio.testing.wait_all_tasks_blocked()
-    real_fsync = os.fsync
+    real_fsync = os.fdatasync
 
     def slow_fsync(fd: int) -> None:  # a disk whose fsync takes 5 ms
         time.sleep(0.005)
         real_fsync(fd)
 
-    monkeypatch.setattr(os, "fsync", slow_fsync)
+    monkeypatch.setattr(os, "fdatasync", slow_fsync)
     segments = _group_segments(BINLOG)
     relay_log.apply([segments[0]])  # inline: nothing known yet about this disk
     assert relay_log.committed == (NAME, segments[0].committed_end)
@@ -262,7 +262,7 @@ async def test_a_failed_inline_fsync_stops_ingest_and_acknowledges_nothing(tmp_p
 
     first, second, *_ = _group_segments(BINLOG)
     relay_log.apply([first])
-    monkeypatch.setattr(os, "fsync", failing_fsync)
+    monkeypatch.setattr(os, "fdatasync", failing_fsync)
     with pytest.raises(DataDirError, match=f"fsync of .*{NAME} failed: .*Input/output error"):
         relay_log.apply([second])
     assert relay_log.committed == (NAME, first.committed_end)
