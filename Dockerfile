@@ -28,8 +28,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# gcc builds the relay's compiled loops (relay/binlog/_scan.c); it stays in this stage,
-# the runtime stage gets only the built module. Versions follow the pinned base image.
+# gcc builds the relay's C modules (setup.py: relay/binlog/_scan.c, the compiled loops;
+# relay/binlog/coltypes/_rowread.c and relay/pipeline/_jsontext.c, the export's row reading
+# and JSON text); it stays in this stage, the runtime stage gets only the built modules.
+# Versions follow the pinned base image.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
@@ -39,10 +41,10 @@ WORKDIR /src
 # Dependencies are pinned by pyproject.toml's ranges; wheels exist for all of them.
 COPY pyproject.toml setup.py README.md ./
 COPY relay ./relay
-# setup.py makes the compiled loops optional (pip installs without them when it cannot build):
-# importing it here fails the image build instead of shipping a slower relay.
+# setup.py makes the C modules optional (pip installs without them when it cannot build):
+# importing them here fails the image build instead of shipping a slower relay.
 RUN pip install --no-cache-dir . \
-    && python -c "import relay.binlog._scan" \
+    && python -c "import relay.binlog._scan, relay.binlog.coltypes._rowread, relay.pipeline._jsontext" \
     && binlog-relay --version
 
 

@@ -8,11 +8,16 @@ json's encoder; and ``text``, the Python expression of the value's JSON text tha
 *generated encoders* inline. An encoder is Python source written and compiled per table map
 and set of columns present (as the row readers of relay.binlog.coltypes.readers are): one
 f-string per row, each column's text computed in place, no dict built, no call to json's
-encoder, and the text of a string, date or time reused when the value equals the column's
-previous one. It expects the Python types the decoder gives (an int, a str, a Decimal, a
+encoder. It expects the Python types the decoder gives (an int, a str, a Decimal, a
 datetime, a zero date's str...); a ``text`` raises for a value of another type, and the row
-is then written by the general path. Both give the same text, byte for byte
-(tests/unit/test_jsonform.py checks it on every fixture binlog and on edge values).
+is then written by the general path.
+
+When the optional C module ``relay.pipeline._jsontext`` is built (setup.py; its source's
+header says what it writes), each generated encoder is wrapped in a compiled one
+(``_jsontext.Encoder``), which writes the whole row in one call from each column's C kind
+(``Form.kind``: int, str, Decimal, datetime...) and hands any row it does not expect to the
+generated encoder. All three give the same text, byte for byte (tests/unit/test_jsonform.py
+checks it on every fixture binlog and on edge values, with the C module and without it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ from typing import Any, NamedTuple
 
 from ..binlog import coltypes as ct
 from ..binlog.rows import TableMap
+
+try:
+    from . import _jsontext
+except ImportError:  # not built (no C compiler where the package was installed): Python only
+    _jsontext = None
+else:
+    _jsontext.setup(Decimal)
 
 __all__ = ["row_json", "row_json_general", "value_json"]
 
@@ -143,12 +155,24 @@ class Form(NamedTuple):
     (a call per value to check it would cost a third of the column). quote: the text is
     written between quote marks (a JSON string whose text needs no escapes). text_str: a
     str value (a zero date, which Python cannot hold, as the server's text) is written as
-    that string."""
+    that string.
+
+    kind, arg: how the compiled encoder (relay/pipeline/_jsontext.c) writes the column, one
+    of the K_* below, with the same text as ``text``; 0: by calling the Python text (or the
+    general path's conversion), one call per value. arg: the text's length for K_DATETIME,
+    the fraction digits for K_TIME."""
 
     convert: Convert | None = None
     text: str | None = None
     quote: bool = False
     text_str: bool = False
+    kind: int = 0
+    arg: int = 0
+
+
+# The compiled encoder's column kinds (the K_* of relay/pipeline/_jsontext.c, same numbers).
+K_INT, K_STR, K_TEXT, K_B64, K_DECIMAL, K_DATETIME, K_DATE, K_TIME, K_FLOAT, K_CALL = range(1, 11)
+K_NULLABLE = 0x80  # or-ed into a kind: None is written as null
 
 
 def _datetime_fsp(fsp: int) -> Form:
@@ -157,11 +181,12 @@ def _datetime_fsp(fsp: int) -> Form:
     n = _stamp_length(fsp)
     naive = "_dtiso({v}, _SP, _USEC)" + (f"[:{n}]" if n < 26 else "")
     return Form(_datetime_form(fsp), f"{naive} if {{v}}.tzinfo is None else _stamp({{v}}, {n})",
-                quote=True, text_str=True)
+                quote=True, text_str=True, kind=K_DATETIME, arg=n)
 
 
 def _timestamp_fsp(fsp: int) -> Form:
-    return Form(_datetime_form(fsp), f"_stamp({{v}}, {_stamp_length(fsp)})", quote=True, text_str=True)
+    n = _stamp_length(fsp)
+    return Form(_datetime_form(fsp), f"_stamp({{v}}, {n})", quote=True, text_str=True, kind=K_DATETIME, arg=n)
 
 
 def _stamp_length(fsp: int) -> int:
@@ -169,12 +194,13 @@ def _stamp_length(fsp: int) -> int:
 
 
 def _time_fsp(fsp: int) -> Form:
-    return Form(_time_form(fsp), f"_time({{v}}, {fsp})", quote=True, text_str=True)
+    return Form(_time_form(fsp), f"_time({{v}}, {fsp})", quote=True, text_str=True, kind=K_TIME, arg=min(fsp, 6))
 
 
 # str() of a Decimal is format(v, "f") unless it has an exponent (a decoded NEWDECIMAL has
 # one past 6 fraction digits: 1E-9), and 40% cheaper
-_DECIMAL = Form(_decimal_form, "(_dfmt({v}, _F) if _E in (_d := _dstr({v})) else _d)", quote=True)
+_DECIMAL = Form(_decimal_form, "(_dfmt({v}, _F) if _E in (_d := _dstr({v})) else _d)", quote=True,
+                kind=K_DECIMAL)
 
 
 def _strings(tm: TableMap, i: int) -> Form:
@@ -185,18 +211,19 @@ def _strings(tm: TableMap, i: int) -> Form:
         return Form(_set_form(tm, i))
     if kind == ct.ENUM:
         names = tm.enum_values is not None and tm.enum_values[i] is not None
-        return Form(None, "_str({v})") if names else Form(None, "_int({v})")
+        return _STR if names else Form(None, "_int({v})", kind=K_INT)
     if tm.column_types[i] == ct.GEOMETRY:
-        return Form(None, _BASE64, quote=True)
+        return _BASE64
     codec = ct.charset_codec(tm.column_charsets[i] if tm.column_charsets else None)
     if codec == "binary":
-        return Form(None, _BASE64, quote=True)
+        return _BASE64
     # a known charset: str; none (no charset metadata): str if the bytes were UTF-8, else bytes
-    return Form(None, "_str({v})" if codec is not None else "_text({v})")
+    return _STR if codec is not None else Form(None, "_text({v})", kind=K_TEXT)
 
 
-_BASE64 = "_b64({v}, newline=False).decode()"
-_DATE = Form(_date_form, "{v}.isoformat()", quote=True, text_str=True)
+_STR = Form(None, "_str({v})", kind=K_STR)
+_BASE64 = Form(None, "_b64({v}, newline=False).decode()", quote=True, kind=K_B64)
+_DATE = Form(_date_form, "{v}.isoformat()", quote=True, text_str=True, kind=K_DATE)
 
 
 def _same(form: Form) -> Callable[[TableMap, int], Form]:
@@ -212,8 +239,8 @@ def _by_fsp(form: Callable[[int], Form]) -> Callable[[TableMap, int], Form]:
 # conversion, one call per value.
 _FORMS: dict[int, Callable[[TableMap, int], Form]] = {
     **dict.fromkeys((ct.TINY, ct.SHORT, ct.INT24, ct.LONG, ct.LONGLONG, ct.YEAR, ct.BIT),
-                    _same(Form(None, "{v}"))),
-    ct.DOUBLE: _same(Form(None, "_float({v})")),
+                    _same(Form(None, "{v}", kind=K_INT))),
+    ct.DOUBLE: _same(Form(None, "_float({v})", kind=K_FLOAT)),
     ct.FLOAT: _same(Form(_float32, "_float(_float32({v}))")),
     ct.NEWDECIMAL: _same(_DECIMAL),
     ct.DECIMAL: _same(Form(_decimal_form)),
@@ -326,6 +353,14 @@ def _general_text(convert: Convert | None) -> Callable[[Any], str]:
 
 
 def compile_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> Encode:
+    """The encoder of the row images of tm whose columns are idx, in that order: the
+    generated Python encoder (python_encoder), wrapped in the compiled one (compiled_encoder)
+    when the C module is built. A row neither fits goes to otherwise."""
+    python = python_encoder(tm, idx, otherwise)
+    return python if _jsontext is None else compiled_encoder(tm, idx, python)
+
+
+def python_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> Encode:
     """Generate the encoder of the row images of tm whose columns are idx, in that order:
     row -> JSON text, one f-string with each column's text inline (Form.text), NULL tested
     where a column is nullable. The values are taken in the dict's order without looking at
@@ -347,14 +382,9 @@ def compile_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> En
             expr = f"g{k}({v})"  # NULL included
         else:
             expr = form.text.format(v=v)
-            # "{v}" (an integer as it is) would write None: tested whatever the table map says
-            nullable = tm.nullable[i] or form.text == "{v}"
+            nullable = _nullable(tm, i, form)
             if form.text_str or nullable:
-                text = f"'\"' f'{{{expr}}}' '\"'" if form.quote else expr  # the column's whole text
-                if form.text_str:
-                    text = f"_str({v}) if {v}.__class__ is str else {text}"
-                if nullable:
-                    text = f"_NULL if {v} is None else {text}"
+                text = _whole_text(form, v, nullable)
                 if form.quote or form.text_str:
                     lines.append(f"t{k} = {text}")
                     expr = f"t{k}"
@@ -374,6 +404,57 @@ def compile_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> En
               "        return _otherwise(row)"]
     exec(compile("\n".join(source), f"<json encoder {tm.database}.{tm.table}>", "exec"), env)
     return env["encode"]  # type: ignore[no-any-return]
+
+
+def _nullable(tm: TableMap, i: int, form: Form) -> bool:
+    """Whether the encoders write None as null in column i themselves (else a value of None
+    raises, and its row takes the general path): "{v}", an integer as it is, would write
+    None, so it is tested whatever the table map says."""
+    return tm.nullable[i] or form.text == "{v}"
+
+
+def _whole_text(form: Form, v: str, nullable: bool) -> str:
+    """The expression of a column's whole text (quote marks, a str value, NULL), value v."""
+    expr = form.text.format(v=v)  # type: ignore[union-attr]
+    text = f"'\"' f'{{{expr}}}' '\"'" if form.quote else expr
+    if form.text_str:
+        text = f"_str({v}) if {v}.__class__ is str else {text}"
+    if nullable:
+        text = f"_NULL if {v} is None else {text}"
+    return text
+
+
+def compiled_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> Encode:
+    """The compiled encoder (relay/pipeline/_jsontext.c) of the row images of tm whose
+    columns are idx, in that order, with the text python_encoder writes: each column by its
+    Form.kind, or by a call per value to its Python text (K_CALL). A row it does not write
+    (not a dict of len(idx) values, a value of a type its kind does not take, None where
+    the Python text raises, an exception) goes to otherwise: compile_encoder hands it the
+    generated Python encoder. Raises AttributeError when the C module is not built."""
+    parts: list[str] = []  # the text before each value, and the closing brace
+    kinds = bytearray()
+    args: list[Any] = []
+    for k, i in enumerate(idx):
+        form = _form(tm, i)
+        parts.append(("{" if k == 0 else ",") + _str(tm.column_names[i]) + ":")
+        nullable = _nullable(tm, i, form)
+        if form.kind:
+            kinds.append(form.kind | (K_NULLABLE if nullable else 0))
+            args.append(form.arg)
+        else:
+            kinds.append(K_CALL)
+            args.append(_text_function(form, nullable))
+    parts.append("}" if idx else "{}")
+    return _jsontext.Encoder(tuple(parts), bytes(kinds), tuple(args), otherwise)  # type: ignore[no-any-return,union-attr]
+
+
+def _text_function(form: Form, nullable: bool) -> Callable[[Any], str]:
+    """value -> the column's whole text, for a form the compiled encoder has no kind for."""
+    if form.text is None:
+        return _general_text(form.convert)
+    env = dict(_TEXT_GLOBALS)
+    exec(compile(f"def text(v):\n    return {_whole_text(form, 'v', nullable)}", "<json text>", "exec"), env)
+    return env["text"]  # type: ignore[no-any-return]
 
 
 class _TableEncoders:

@@ -5,7 +5,10 @@ row_json writes a row with the encoders it generates per table map; row_json_gen
 general path (each value converted, then json's encoder), the reference: both must give the
 same text, byte for byte, for every change of every fixture binlog, and for edge values put
 into those rows column by column (control characters, non-ASCII, zero dates, negative TIME,
-aware datetimes, NaN, bytes in text columns, NULL in NOT NULL columns, ...)."""
+aware datetimes, NaN, bytes in text columns, NULL in NOT NULL columns, ...). The tests of
+row_json run twice: with the compiled encoders (relay/pipeline/_jsontext.c) and with the
+generated Python ones alone; the compiled encoder is also compared with the Python encoder
+it wraps, directly, on the same rows and on random strings."""
 
 from __future__ import annotations
 
@@ -13,14 +16,19 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.binlog import coltypes as ct
-from relay.pipeline.jsonform import compile_encoder, row_json, row_json_general, value_json
+from relay.pipeline import jsonform
+from relay.pipeline.jsonform import (compile_encoder, compiled_encoder, python_encoder, row_json, row_json_general,
+                                     value_json)
 from relay.pipeline.read import iter_changes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -28,7 +36,26 @@ BINLOGS = [*sorted((FIXTURES / "rows").glob("*.binlog")),
            *sorted(p for p in (FIXTURES / "mysql").iterdir() if p.suffix != ".md"),
            FIXTURES / "wire" / "mariadb-10.11-mixed.000001"]
 
+# The compiled encoders are optional for users, not for the tests (scripts/test.sh builds them):
+# a missing module fails the "compiled" runs instead of skipping them.
+NOT_BUILT = "relay/pipeline/_jsontext.c is not built (pip install -e . needs gcc and Python's headers)"
+COMPILED = jsonform._jsontext
 
+
+@pytest.fixture(params=["compiled", "python"])
+def encoders(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """row_json with the compiled encoders, or with the generated Python ones alone; the
+    encoders of table maps seen before (either kind) forgotten."""
+    if request.param == "compiled":
+        assert COMPILED is not None, NOT_BUILT
+    else:
+        monkeypatch.setattr(jsonform, "_jsontext", None)
+    monkeypatch.setattr(jsonform, "_TABLES", {})
+    monkeypatch.setattr(jsonform, "_last", (None, jsonform._encode))
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.mark.usefixtures("encoders")
 def test_value_normalisation() -> None:
     assert value_json(Decimal("-0.50")) == "-0.50"
     assert value_json(b"\x00\xff") == "AP8="
@@ -45,6 +72,7 @@ def changes() -> list[tuple[str, Any]]:
     return [(path.name, c) for path in BINLOGS for c in iter_changes(path)]
 
 
+@pytest.mark.usefixtures("encoders")
 def test_fixture_json_is_unchanged() -> None:
     """The JSON text of every change image of every fixture binlog, as the export wrote it
     before the generated encoders (a digest: a deliberate change of a JSON form updates it)."""
@@ -58,6 +86,7 @@ def test_fixture_json_is_unchanged() -> None:
     assert digest.hexdigest() == "a562724f1ad299853e2b8c558c591094785d4a7680df937f55b4c513e21ed404"
 
 
+@pytest.mark.usefixtures("encoders")
 def test_generated_encoders_equal_the_general_path_on_every_fixture() -> None:
     all_changes = changes()
     images = [(image, c.table_map) for _, c in all_changes for image in (c.before, c.after) if image is not None]
@@ -146,6 +175,7 @@ def table_maps() -> list[tuple[Any, dict[str, Any]]]:
     return list(seen.values())
 
 
+@pytest.mark.usefixtures("encoders")
 def test_edge_values_equal_the_general_path() -> None:
     checked = 0
     for tm, image in table_maps():
@@ -160,6 +190,7 @@ def test_edge_values_equal_the_general_path() -> None:
     assert checked > 5000
 
 
+@pytest.mark.usefixtures("encoders")
 def test_images_with_columns_missing_or_foreign() -> None:
     """MINIMAL/NOBLOB images (some columns absent, each set compiled once), and rows that are
     no image of the table map: other keys, or its keys in another order. (A row with as many
@@ -174,6 +205,7 @@ def test_images_with_columns_missing_or_foreign() -> None:
     assert row_json({}, table_maps()[0][0]) == "{}"
 
 
+@pytest.mark.usefixtures("encoders")
 def test_column_names_are_escaped_as_json_escapes_keys() -> None:
     """Names go into the generated source as literals: quotes, backslashes, braces, control
     characters, non-ASCII and lone surrogates (a name that is no UTF-8) come out as json's."""
@@ -186,6 +218,7 @@ def test_column_names_are_escaped_as_json_escapes_keys() -> None:
     assert json.loads(row_json(row, renamed).encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass"))
 
 
+@pytest.mark.usefixtures("encoders")
 def test_equal_values_with_different_text_keep_their_own() -> None:
     """-0.00 == 0.00, but their texts differ; equal instants in other time zones have one text."""
     decimals = next((tm, image, i) for tm, image in table_maps() for i in range(tm.column_count)
@@ -210,25 +243,33 @@ def test_equal_values_with_different_text_keep_their_own() -> None:
         assert row_json({**image, name: v}, tm) == row_json_general({**image, name: v}, tm)
 
 
-def test_fixture_images_need_no_general_path() -> None:
-    """Every value the decoder gives for a fixture (zero dates as str, bytes in a text column
-    without charset metadata, NULLs) has its text in the generated encoder: no row of the
-    fixtures is written by the general path."""
-    to_general: list[Any] = []
-    encoders: dict[tuple[int, tuple[str, ...]], Any] = {}
+def fixture_images(make: Any) -> Iterator[tuple[Any, dict[str, Any], Any]]:
+    """(table map, image, make(table map, its columns)) for every change image of every
+    fixture binlog with a table map; make is called once per table map and set of columns."""
+    made: dict[tuple[int, tuple[str, ...]], Any] = {}
     for _, c in changes():
         for image in (c.before, c.after):
             if image is None or c.table_map is None:
                 continue
             tm = c.table_map
             key = (id(tm), tuple(image))
-            if key not in encoders:
-                idx = tuple(tm.column_names.index(name) for name in image)
-                encoders[key] = compile_encoder(tm, idx, to_general.append)  # type: ignore[arg-type]
-            assert encoders[key](image) == row_json_general(image, tm)
+            if key not in made:
+                made[key] = make(tm, tuple(tm.column_names.index(name) for name in image))
+            yield tm, image, made[key]
+
+
+@pytest.mark.usefixtures("encoders")
+def test_fixture_images_need_no_general_path() -> None:
+    """Every value the decoder gives for a fixture (zero dates as str, bytes in a text column
+    without charset metadata, NULLs) has its text in the generated encoder: no row of the
+    fixtures is written by the general path."""
+    to_general: list[Any] = []
+    for tm, image, encode in fixture_images(lambda tm, idx: compile_encoder(tm, idx, to_general.append)):
+        assert encode(image) == row_json_general(image, tm)
     assert to_general == []
 
 
+@pytest.mark.usefixtures("encoders")
 def test_generated_encoder_text() -> None:
     """One sysbench-like row through a generated encoder: each column inline, the same text as
     the general path, and values no text fits sent to the general path."""
@@ -241,3 +282,117 @@ def test_generated_encoder_text() -> None:
     assert not fallbacks
     encode({k: object() for k in c.after})  # values no text fits: to the general path
     assert len(fallbacks) == 1
+
+
+# --------------------------------------------------------------------------- the compiled encoder
+
+
+def both_encoders(tm: Any, idx: tuple[int, ...]) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """(compiled, python) encoders of the image idx of tm, and the rows the compiled one
+    handed to the Python one: the Python encoder's rows the general path writes."""
+    assert COMPILED is not None, NOT_BUILT
+    python = python_encoder(tm, idx, lambda row: row_json_general(row, tm))
+    handed: list[dict[str, Any]] = []
+    compiled = compiled_encoder(tm, idx, lambda row: (handed.append(row), python(row))[1])
+    return compiled, python, handed
+
+
+def test_compiled_encoder_writes_every_fixture_row_as_the_python_encoder() -> None:
+    """Every change image of every fixture binlog (all column types, NULLs, zero dates, bytes in
+    text columns, MINIMAL images): the compiled encoder's text is the Python encoder's, and it
+    writes every one of them itself."""
+    count = 0
+    for tm, image, (compiled, python, handed) in fixture_images(both_encoders):
+        assert compiled(image) == python(image) == row_json_general(image, tm)
+        assert handed == []
+        count += 1
+    assert count == 415
+
+
+def test_compiled_encoder_edge_values_as_the_python_encoder() -> None:
+    """The edge values of every column type, one column at a time: the compiled encoder gives
+    the Python encoder's text (or its exception), writing what its kinds take itself."""
+    checked = written = 0
+    for tm, image in table_maps():
+        compiled, python, handed = both_encoders(tm, tuple(range(tm.column_count)))
+        for i, name in enumerate(tm.column_names):
+            values = edge_values(tm, i, image[name])
+            for value in values + values[::-1]:
+                row = dict(image)
+                row[name] = value
+                before = len(handed)
+                assert outcome(lambda r, _: compiled(r), row, tm) == outcome(lambda r, _: python(r), row, tm), \
+                    (tm.table, name, value)
+                checked += 1
+                written += len(handed) == before
+    assert checked > 2500 and written > checked // 2
+
+
+TEXT = st.text(st.one_of(st.characters(blacklist_categories=()),  # every code point, lone surrogates too
+                         st.sampled_from('"\\/\x00\x08\x09\x0a\x0c\x0d\x1f\x20\x7f\x80\xff\u0100\u2028\uffff')))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(TEXT, min_size=3, max_size=3), st.sampled_from([0, 1, 2]))
+def test_compiled_encoder_escapes_strings_as_json(texts: list[str], nulled: int) -> None:
+    """Random strings (control characters, quotes, backslashes, non-ASCII of every width, lone
+    surrogates) in text columns, next to each other and to NULL, under names of every width:
+    json.dumps's text (ensure_ascii=False), from both encoders."""
+    tm, image = STRINGS
+    names = [n for n, v in image.items() if isinstance(v, str)][:3]
+    row = dict(image)
+    for name, text in zip(names, texts):
+        row[name] = text
+    compiled, python, handed = STRING_ENCODERS
+    before = len(handed)
+    got = compiled(row)
+    assert got == python(row) == row_json_general(row, tm)
+    assert len(handed) == before  # written by the compiled encoder itself
+    for name, text in zip(names, texts):
+        assert json.dumps(text, ensure_ascii=False) in got
+    renamed = dataclasses.replace(tm, column_names=tuple(texts[nulled] + n for n in tm.column_names))
+    row = dict(zip(renamed.column_names, row.values()))
+    compiled, python, _ = both_encoders(renamed, tuple(range(tm.column_count)))
+    assert compiled(row) == python(row) == row_json_general(row, renamed)
+
+
+def text_table() -> tuple[Any, dict[str, Any]]:
+    """The fixtures' table map with the most text columns of a known charset, and an image."""
+    def texts(tm: Any) -> int:
+        return sum(jsonform._form(tm, i).kind == jsonform.K_STR for i in range(tm.column_count))
+    return max(table_maps(), key=lambda pair: texts(pair[0]))
+
+
+STRINGS = text_table()
+STRING_ENCODERS = both_encoders(STRINGS[0], tuple(range(STRINGS[0].column_count))) if COMPILED else (None, None, [])
+
+
+def test_compiled_encoder_refuses_what_it_does_not_know() -> None:
+    """Rows that are no image of its columns and values of other types go to the Python
+    encoder, whatever they are: a dict of another size, a dict subclass, an int subclass
+    (bool), a str subclass, a datetime in another time zone, a date in a DATETIME column."""
+    assert COMPILED is not None, NOT_BUILT
+    tm, image = next((tm, image) for tm, image in table_maps()
+                     if any(jsonform._form(tm, i).kind == jsonform.K_DATETIME for i in range(tm.column_count)))
+    compiled, python, handed = both_encoders(tm, tuple(range(tm.column_count)))
+
+    class Row(dict):  # type: ignore[type-arg]
+        pass
+
+    class Text(str):
+        pass
+
+    rows: list[dict[str, Any]] = [{**image, "extra": 1}, dict(list(image.items())[:-1]), Row(image)]
+    for i, name in enumerate(tm.column_names):
+        kind = jsonform._form(tm, i).kind
+        if kind == jsonform.K_INT:
+            rows.append({**image, name: True})
+        elif kind in (jsonform.K_STR, jsonform.K_TEXT):
+            rows.append({**image, name: Text("x")})
+        elif kind == jsonform.K_DATETIME:
+            rows.append({**image, name: dt.datetime(2024, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))})
+            rows.append({**image, name: dt.date(2024, 1, 1)})
+    for row in rows:
+        before = len(handed)
+        assert outcome(lambda r, _: compiled(r), row, tm) == outcome(lambda r, _: python(r), row, tm)
+        assert len(handed) == before + 1, row

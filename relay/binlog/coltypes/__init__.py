@@ -5,7 +5,8 @@ column when a table map is parsed, with everything that depends on the column
 (metadata, signedness, charset, ENUM/SET names) already bound, so decoding a value
 costs one call, one ``Struct.unpack_from`` or slice, and no lookups on the type. The
 common types also have an *inline plan*, the lines the generated row readers
-(``readers``) read them with, without a call.
+(``readers``) read them with, without a call, and a *compiled kind*, how the compiled
+readers (``_rowread.c``, an optional C module) read them in C.
 
     codes      the type codes (enum_field_types) and their names
     base       the shapes every family shares: Decoder, Column, Inline, ColumnType
@@ -16,8 +17,8 @@ common types also have an *inline plan*, the lines the generated row readers
     strings    CHAR/VARCHAR/BINARY/TEXT/BLOB, ENUM, SET, GEOMETRY, VECTOR
     json       MySQL's binary JSON and the diffs of its partial updates
     registry   TYPES: type code -> ColumnType, from the families; parse_column_meta,
-               make_decoder, inline_plan
-    readers    the generated row readers
+               make_decoder, inline_plan, compiled_kind
+    readers    the row readers: generated Python, wrapped in _rowread.c's when it is built
 
 The Python value of each type is documented in its family's module; NULL type columns
 read as None. docs/column-types.md says how to add a type.

@@ -53,6 +53,30 @@ def inline_same(v: str, t: list[str], c: str) -> list[str]:
     return [f"{v} = {t[0]}"]
 
 
+# --------------------------------------------------------------------------- compiled readers
+#
+# When the optional C module relay.binlog.coltypes._rowread is built, the row readers do their
+# work in C (readers.compiled_reader). A column of a common type is read there by its kind, a
+# (kind, size, extra, obj) tuple that its registry entry's ``compiled`` gives: the same value
+# as its decoder and its inline plan, by the same formulas; a column without one calls its
+# decoder. The kinds are the R_* of _rowread.c, same numbers:
+R_CALL = 1  # (R_CALL, 0, 0, decoder): the decoder's value
+R_INT = 2  # (R_INT, size, 0, None): a little-endian signed integer of 1, 2, 3, 4 or 8 bytes
+R_UINT = 3  # the same, unsigned
+R_YEAR = 4  # (R_YEAR, 1, 0, None): one byte, 1900 + n, 0 for 0
+R_FLOAT = 5  # (R_FLOAT, 4, 0, None): struct "<f"
+R_DOUBLE = 6  # (R_DOUBLE, 8, 0, None): struct "<d"
+R_UTF8 = 7  # (R_UTF8, prefix, 0, None): a little-endian length prefix of 1-4 bytes, bytes.decode()
+R_BYTES = 8  # (R_BYTES, prefix, n, None): the bytes, padded with NULs to n bytes when n > 0
+R_CODEC = 9  # (R_CODEC, prefix, 0, codec): bytes.decode(codec)
+R_CONVERT = 10  # (R_CONVERT, prefix, 0, convert): convert(the bytes)
+R_DECIMAL = 11  # (R_DECIMAL, precision, scale, (multiply, unit, negative zero, Decimal)): decimal.py's plan
+R_DATETIME2 = 12  # (R_DATETIME2, fsp, 0, None): temporal.py's plan (a zero date: the decoder's text)
+R_TIMESTAMP2 = 13  # (R_TIMESTAMP2, fsp, 0, the zero timestamp's text): temporal.py's plan
+R_DATE = 14  # (R_DATE, 3, 0, None): temporal.py's plan
+Compiled = tuple[int, int, int, Any]
+
+
 def no_meta(meta: bytes, pos: int) -> Any:
     return 0
 
@@ -70,6 +94,7 @@ class ColumnType(NamedTuple):
     read_meta: Callable[[bytes, int], Any] = no_meta  # (block, pos) -> the column's metadata entry
     signedness: frozenset[str] = frozenset()  # flavours whose SIGNEDNESS metadata has a bit for it
     character: frozenset[str] = frozenset()  # flavours whose charset metadata counts it
+    compiled: Callable[[Column], Compiled | None] | None = None  # its kind in the compiled reader; None: a call
 
 
 class Truncated(InputError):

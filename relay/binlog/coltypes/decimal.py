@@ -10,7 +10,7 @@ import decimal
 from decimal import Decimal
 from typing import Any, Callable
 
-from .base import BOTH, ColumnType, Decoder, Inline, need, not_supported
+from .base import BOTH, R_DECIMAL, ColumnType, Compiled, Decoder, Inline, need, not_supported
 from .codes import DECIMAL, NEWDECIMAL
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
@@ -157,6 +157,16 @@ def _decimal_plan(precision: int, scale: int) -> Inline | None:
     return Inline(codes, ">", render, {"negzero": negative_zero, "unit": unit}, False)
 
 
+def _decimal_compiled(precision: int, scale: int) -> Compiled | None:
+    """The compiled reader's NEWDECIMAL: the plan's groups, checks and objects (_rowread.c)."""
+    _decimal((precision, scale))  # same metadata checks as the decoder
+    if not _decimal_groups(precision, scale):
+        return None
+    negative_zero = Decimal(f"-0.{'0' * scale}" if scale else "-0")
+    return (R_DECIMAL, precision, scale,
+            (_DECIMAL_CONTEXT.multiply, Decimal(1).scaleb(-scale), negative_zero, Decimal))
+
+
 def _bad_decimal(precision: int, scale: int) -> None:
     raise ValueError(f"corrupt DECIMAL({precision},{scale}) digit group")
 
@@ -167,7 +177,8 @@ def _decimal_meta(meta: bytes, pos: int) -> tuple[int, int]:
 
 TYPES: dict[int, ColumnType] = {
     NEWDECIMAL: ColumnType(lambda col: _decimal(col.meta), lambda col: _decimal_plan(*col.meta),
-                           meta_size=2, read_meta=_decimal_meta, signedness=BOTH),
+                           meta_size=2, read_meta=_decimal_meta, signedness=BOTH,
+                           compiled=lambda col: _decimal_compiled(*col.meta)),
     DECIMAL: ColumnType(not_supported, signedness=BOTH),
 }
 # Names the lines of the plans use, for the reader's globals.

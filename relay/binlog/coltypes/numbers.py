@@ -17,7 +17,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from .base import BOTH, MARIADB, Column, ColumnType, Decoder, Inline, inline_same, meta_byte, u24, uint_decoder
+from .base import (BOTH, MARIADB, R_DOUBLE, R_FLOAT, R_INT, R_UINT, R_YEAR, Column, ColumnType, Decoder, Inline,
+                   inline_same, meta_byte, u24, uint_decoder)
 from .codes import BIT, DOUBLE, FLOAT, INT24, LONG, LONGLONG, SHORT, TINY, YEAR
 
 _s24 = struct.Struct("<Hb").unpack_from  # (lo16, signed hi8)
@@ -49,14 +50,19 @@ def _integer(codes: str, size: int) -> ColumnType:
     def plan(col: Column) -> Inline:
         code = codes[col.unsigned]
         return Inline(code, "" if code in "bB" else "<", inline_same, {}, False)
-    return ColumnType(lambda col: decoders[col.unsigned], plan, signedness=BOTH)
+    return ColumnType(lambda col: decoders[col.unsigned], plan, signedness=BOTH, compiled=_compiled_int(size))
+
+
+def _compiled_int(size: int) -> Callable[[Column], tuple[int, int, int, None]]:
+    return lambda col: (R_UINT if col.unsigned else R_INT, size, 0, None)
 
 
 def _float(code: str, size: int) -> ColumnType:
     """FLOAT or DOUBLE; their metadata byte is the pack length, which the type fixes anyway."""
     decoder = _by_struct(code, size)
+    compiled = (R_FLOAT if size == 4 else R_DOUBLE, size, 0, None)
     return ColumnType(lambda col: decoder, lambda col: Inline(code, "<", inline_same, {}, False),
-                      meta_size=1, read_meta=meta_byte, signedness=BOTH)
+                      meta_size=1, read_meta=meta_byte, signedness=BOTH, compiled=lambda col: compiled)
 
 
 def _int24_plan(col: Column) -> Inline:
@@ -82,14 +88,14 @@ _INT24 = (_int24(True), _int24(False))  # by unsigned
 TYPES: dict[int, ColumnType] = {
     TINY: _integer("bB", 1),
     SHORT: _integer("hH", 2),
-    INT24: ColumnType(lambda col: _INT24[col.unsigned], _int24_plan, signedness=BOTH),
+    INT24: ColumnType(lambda col: _INT24[col.unsigned], _int24_plan, signedness=BOTH, compiled=_compiled_int(3)),
     LONG: _integer("iI", 4),
     LONGLONG: _integer("qQ", 8),
     FLOAT: _float("f", 4),
     DOUBLE: _float("d", 8),
     # MariaDB's SIGNEDNESS counts every Field_num, YEAR included (verified on 10.11);
     # MySQL's is_numeric_type() leaves YEAR out.
-    YEAR: ColumnType(lambda col: _year, _year_plan, signedness=MARIADB),
+    YEAR: ColumnType(lambda col: _year, _year_plan, signedness=MARIADB, compiled=lambda col: (R_YEAR, 1, 0, None)),
     BIT: ColumnType(lambda col: uint_decoder((col.meta + 7) // 8, "big"), meta_size=2, read_meta=_bit_meta),
 }
 INLINE_GLOBALS: dict[str, Any] = {}

@@ -1,14 +1,24 @@
 """The generated row readers (sans-IO): Python source written and compiled per row image and
 pattern of NULLs, reading each column by its type's inline plan (registry.inline_plan) or, for
-the rare types without one, by calling its decoder. relay.binlog.rows decides when to build them."""
+the rare types without one, by calling its decoder. relay.binlog.rows decides when to build them.
+
+When the optional C module ``_rowread`` is built (setup.py), compile_body and compile_run give
+the compiled reader of the image (compiled_reader): the same values, read in C column by
+column by each type's compiled kind (registry.compiled_kind) or its decoder, and any row it
+cannot read plainly handed, from its first byte, to the generated Python reader it wraps."""
 
 from __future__ import annotations
 
 import struct
 from typing import TYPE_CHECKING, Any, Callable
 
-from .base import Inline, Truncated, inline_same
-from .registry import INLINE_GLOBALS, inline_plan
+from .base import R_CALL, Inline, Truncated, inline_same
+from .registry import INLINE_GLOBALS, compiled_kind, inline_plan
+
+try:
+    from . import _rowread
+except ImportError:  # not built (no C compiler where the package was installed): Python only
+    _rowread = None
 
 if TYPE_CHECKING:
     from ..rows import TableMap
@@ -21,6 +31,41 @@ Run = Callable[[bytes, int, int, Callable[[Row], None]], int]
 
 
 def compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Body:
+    """The reader of one row image after its null bitmap, (buf, pos, nulls) -> (row dict,
+    next pos): python_body's, in C when the C module is built (compiled_reader)."""
+    body = python_body(tm, idx, nulls)
+    return body if _rowread is None else compiled_reader(tm, idx, nulls, body, run=False)
+
+
+def compile_run(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Run:
+    """The bulk reader of an image with one null bitmap byte, (buf, pos, stop, append) -> pos:
+    python_run's, in C when the C module is built (compiled_reader)."""
+    run = python_run(tm, idx, nulls)
+    return run if _rowread is None else compiled_reader(tm, idx, nulls, run, run=True)
+
+
+def compiled_reader(tm: TableMap, idx: tuple[int, ...], nulls: int | None, fallback: Any, *, run: bool) -> Any:
+    """The compiled reader (_rowread.Reader) of the image of tm whose columns are idx, for the
+    pattern nulls (None: each bit tested), in the form of fallback: a run (python_run's
+    signature) or a body (python_body's). fallback is the generated Python reader of the
+    same image, pattern and form: the compiled one hands it any row it does not read
+    (bytes running out, a value Python cannot hold, an exception), which it reads or
+    raises for as always. Returns fallback itself for a body without a pattern of more
+    than 64 columns; raises AttributeError when the C module is not built."""
+    if nulls is None and len(idx) > 64:
+        return fallback
+    unsigned = tm.unsigned or (False,) * tm.column_count
+    charsets = tm.column_charsets or (None,) * tm.column_count
+    columns = []
+    for i in idx:
+        kind = compiled_kind(tm.column_types[i], tm.column_meta[i], unsigned=unsigned[i], charset=charsets[i])
+        columns.append((R_CALL, 0, 0, tm.decoders[i]) if kind is None else kind)
+    pattern = None if nulls is None else bytes(nulls >> k & 1 for k in range(len(idx)))
+    return _rowread.Reader(run, tuple(tm.column_names[i] for i in idx), tuple(columns), pattern,  # type: ignore[union-attr]
+                           fallback)
+
+
+def python_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Body:
     """Generate the reader of one row image after its null bitmap: (buf, pos, nulls) ->
     (row dict, next pos).
 
@@ -41,7 +86,7 @@ def compile_body(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Body:
     return _compile(tm, lines, env, "read")
 
 
-def compile_run(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Run:
+def python_run(tm: TableMap, idx: tuple[int, ...], nulls: int | None) -> Run:
     """Generate the bulk reader of an image with one null bitmap byte: (buf, pos, stop,
     append) -> pos. It appends the rows from pos on while they have the pattern nulls
     (None: any pattern, each column's bit tested) and returns where it stopped. The loop

@@ -4,10 +4,10 @@ parser and the row readers reach the types through (sans-IO)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from . import decimal, json, numbers, strings, temporal
-from .base import Column, ColumnType, Decoder, Inline, not_supported
+from .base import Column, ColumnType, Compiled, Decoder, Inline, not_supported
 from .codes import NULL
 from .strings import member_kind
 
@@ -70,11 +70,21 @@ def inline_plan(col_type: int, meta: Any, *, unsigned: bool = False,
                 charset: int | None = None) -> Inline | None:
     """The inline reading of a column whose decoder make_decoder builds from the same
     arguments, or None where the reader should call the decoder (rare types)."""
-    plan = TYPES.get(col_type, _UNKNOWN).plan
-    if plan is None:
+    return _for_column(TYPES.get(col_type, _UNKNOWN).plan, Column(col_type, meta, unsigned, charset, None))
+
+
+def compiled_kind(col_type: int, meta: Any, *, unsigned: bool = False,
+                  charset: int | None = None) -> Compiled | None:
+    """The compiled reader's kind of a column whose decoder make_decoder builds from the same
+    arguments (base.R_*), or None where the compiled reader should call the decoder."""
+    return _for_column(TYPES.get(col_type, _UNKNOWN).compiled, Column(col_type, meta, unsigned, charset, None))
+
+
+def _for_column(build: Callable[[Column], Any] | None, col: Column) -> Any:
+    if build is None:
         return None
     try:
-        return plan(Column(col_type, meta, unsigned, charset, None))
+        return build(col)
     except (TypeError, ValueError, IndexError):
         return None  # bad metadata: the decoder is an unsupported() one, let it raise
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from .base import (BOTH, MARIADB, MYSQL, Column, ColumnType, Decoder, Inline, length_prefixed, meta_byte,
-                   need, prefix_unpacker, prefixed, u16, uint_decoder)
+from .base import (BOTH, MARIADB, MYSQL, R_BYTES, R_CODEC, R_CONVERT, R_UTF8, Column, ColumnType, Compiled, Decoder,
+                   Inline, length_prefixed, meta_byte, need, prefix_unpacker, prefixed, u16, uint_decoder)
 from .charsets import BINARY_CHARSET, charset_codec, text_converter
 from .codes import BLOB_TYPES, ENUM, GEOMETRY, SET, STRING, VAR_STRING, VARCHAR, VECTOR
 
@@ -172,12 +172,28 @@ def _string_plan(prefix: int, charset: int | None, binary_length: int | None) ->
     return Inline(_PREFIX_CODES[prefix], "" if prefix == 1 else "<", render, consts, True)
 
 
-def _char_plan(col: Column) -> Inline | None:
-    real_type, length = col.meta
-    if real_type in (ENUM, SET):
-        return None
-    return _string_plan(1 if length < 256 else 2, col.charset,
-                        length if col.charset == BINARY_CHARSET else None)
+def _string_compiled(prefix: int, charset: int | None, binary_length: int | None) -> Compiled:
+    """The compiled reader's string: the length prefix, then the bytes converted as
+    _string_plan converts them."""
+    codec = charset_codec(charset)
+    if codec == "binary":
+        return (R_BYTES, prefix, binary_length or 0, None)
+    if codec == "utf-8":
+        return (R_UTF8, prefix, 0, None)
+    if codec is not None and codec != "mysql-latin1":
+        return (R_CODEC, prefix, 0, codec)
+    return (R_CONVERT, prefix, 0, text_converter(charset))
+
+
+def _char(build: Callable[[int, int | None, int | None], Any]) -> Callable[[Column], Any]:
+    """The plan (or compiled kind) of a CHAR or BINARY column, by build(prefix, charset,
+    BINARY's length); none for the ENUM and SET that STRING columns also are."""
+    def of(col: Column) -> Any:
+        real_type, length = col.meta
+        if real_type in (ENUM, SET):
+            return None
+        return build(1 if length < 256 else 2, col.charset, length if col.charset == BINARY_CHARSET else None)
+    return of
 
 
 def _varchar_meta(meta: bytes, pos: int) -> int:
@@ -192,24 +208,28 @@ def _fixed_string_decoder(col: Column) -> Decoder:
     return _fixed_string(col.meta, col.charset, col.names)
 
 
-def _when_prefixed(plan: Callable[[Column], Inline]) -> Callable[[Column], Inline | None]:
-    """The plan where the metadata is a length-prefix size of 1-4 (elsewhere the decoder raises)."""
+def _when_prefixed(plan: Callable[[Column], Any]) -> Callable[[Column], Any]:
+    """The plan (or compiled kind) where the metadata is a length-prefix size of 1-4 (elsewhere
+    the decoder raises)."""
     return lambda col: plan(col) if 1 <= col.meta <= 4 else None
 
 
 _VARCHAR = ColumnType(lambda col: _string_decoder(1 if col.meta < 256 else 2, col.charset),
                       lambda col: _string_plan(1 if col.meta < 256 else 2, col.charset, None),
-                      meta_size=2, read_meta=_varchar_meta, character=BOTH)
+                      meta_size=2, read_meta=_varchar_meta, character=BOTH,
+                      compiled=lambda col: _string_compiled(1 if col.meta < 256 else 2, col.charset, None))
 # metadata: the size of the length prefix
 _BLOB = ColumnType(prefixed(lambda col: _string_decoder(col.meta, col.charset)),
                    _when_prefixed(lambda col: _string_plan(col.meta, col.charset, None)),
-                   meta_size=1, read_meta=meta_byte, character=BOTH)
+                   meta_size=1, read_meta=meta_byte, character=BOTH,
+                   compiled=_when_prefixed(lambda col: _string_compiled(col.meta, col.charset, None)))
 _MEMBERS = ColumnType(_fixed_string_decoder, meta_size=2, read_meta=_string_meta_at)
 
 TYPES: dict[int, ColumnType] = {
     VARCHAR: _VARCHAR,
     VAR_STRING: _VARCHAR,
-    STRING: ColumnType(_fixed_string_decoder, _char_plan, meta_size=2, read_meta=_string_meta_at, character=BOTH),
+    STRING: ColumnType(_fixed_string_decoder, _char(_string_plan), meta_size=2, read_meta=_string_meta_at,
+                       character=BOTH, compiled=_char(_string_compiled)),
     ENUM: _MEMBERS,
     SET: _MEMBERS,
     **dict.fromkeys(BLOB_TYPES, _BLOB),
@@ -218,7 +238,8 @@ TYPES: dict[int, ColumnType] = {
     # exception after a VECTOR, at index 1).
     GEOMETRY: ColumnType(prefixed(lambda col: length_prefixed(col.meta, None)),
                          _when_prefixed(lambda col: _string_plan(col.meta, BINARY_CHARSET, None)),
-                         meta_size=1, read_meta=meta_byte, character=MARIADB),
+                         meta_size=1, read_meta=meta_byte, character=MARIADB,
+                         compiled=_when_prefixed(lambda col: _string_compiled(col.meta, BINARY_CHARSET, None))),
     VECTOR: ColumnType(prefixed(lambda col: _vector(col.meta)), meta_size=1, read_meta=meta_byte, character=MYSQL),
 }
 INLINE_GLOBALS: dict[str, Any] = {}

@@ -25,7 +25,8 @@ import datetime as _dt
 import struct
 from typing import Any, Callable
 
-from .base import Column, ColumnType, Decoder, Inline, meta_byte, need, u24, u32
+from .base import (R_DATE, R_DATETIME2, R_TIMESTAMP2, Column, ColumnType, Compiled, Decoder, Inline, meta_byte,
+                   need, u24, u32)
 from .codes import DATE, DATETIME, DATETIME2, NEWDATE, TIME, TIME2, TIMESTAMP, TIMESTAMP2
 
 _s24 = struct.Struct("<Hb").unpack_from  # (lo16, signed hi8)
@@ -274,17 +275,27 @@ def _fsp_plan(build: Callable[[int], Inline]) -> Callable[[Column], Inline | Non
     return lambda col: build(col.meta) if 0 <= col.meta <= 6 else None
 
 
+def _fsp_compiled(kind: int) -> Callable[[Column], Compiled | None]:
+    """The compiled reader's DATETIME2 or TIMESTAMP2, for the precisions the plans take (0-6)."""
+    def compiled(col: Column) -> Compiled | None:
+        if not 0 <= col.meta <= 6:
+            return None
+        return (kind, col.meta, 0, _ZERO_DATETIME + _frac_text(0, col.meta) if kind == R_TIMESTAMP2 else None)
+    return compiled
+
+
 TYPES: dict[int, ColumnType] = {
-    DATE: ColumnType(lambda col: _date, lambda col: Inline("HB", "<", _date_lines, {}, False)),
+    DATE: ColumnType(lambda col: _date, lambda col: Inline("HB", "<", _date_lines, {}, False),
+                     compiled=lambda col: (R_DATE, 3, 0, None)),
     TIME: ColumnType(lambda col: _time_old),
     DATETIME: ColumnType(lambda col: _datetime_old),
     TIMESTAMP: ColumnType(lambda col: _timestamp_old),
     # metadata: the fractional-second precision (fsp)
     TIME2: ColumnType(lambda col: _time2(col.meta), meta_size=1, read_meta=meta_byte),
     DATETIME2: ColumnType(lambda col: _datetime2(col.meta), _fsp_plan(_datetime2_plan), meta_size=1,
-                          read_meta=meta_byte),
+                          read_meta=meta_byte, compiled=_fsp_compiled(R_DATETIME2)),
     TIMESTAMP2: ColumnType(lambda col: _timestamp2(col.meta), _fsp_plan(_timestamp2_plan), meta_size=1,
-                           read_meta=meta_byte),
+                           read_meta=meta_byte, compiled=_fsp_compiled(R_TIMESTAMP2)),
 }
 TYPES[NEWDATE] = TYPES[DATE]
 # Names the lines of the plans use, for the reader's globals.
