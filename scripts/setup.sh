@@ -54,9 +54,9 @@ python_headers_present() {
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
 }
 
-# The relay's compiled inner loop (relay/binlog/_scan.c) needs a C compiler and Python's headers.
-# Without them the package still installs and runs the same loop in Python, only slower; the
-# tests check that the compiled loop is built, so test.sh installs them.
+# The relay's C modules (setup.py: the compiled loops, the row reader, the JSON writer) need a C
+# compiler and Python's headers. Without them the package still installs and runs the same code
+# in Python, only slower; the tests check that the modules are built, so test.sh installs them.
 install_c_build_tools() {
   install_debian "C compiler" "gcc" "gcc libc6-dev"
   python_headers_present && return 0
@@ -88,10 +88,11 @@ assert dist.version == project["version"]
 meta = next(f for f in dist.files if f.name == "METADATA").locate()
 installed = pathlib.Path(meta).stat().st_mtime
 assert installed >= pyproject.stat().st_mtime and installed >= (root / "setup.py").stat().st_mtime
-# The install builds the compiled loop when there is a compiler: then it must be newer than its source.
+# The install builds the C modules when there is a compiler: each must be newer than its source.
 if shutil.which("gcc") or shutil.which("cc"):
-    built = next(root.glob("relay/binlog/_scan.*.so"))
-    assert built.stat().st_mtime >= (root / "relay/binlog/_scan.c").stat().st_mtime
+    for source in root.glob("relay/**/_*.c"):
+        built = next(source.parent.glob(source.stem + ".*.so"))
+        assert built.stat().st_mtime >= source.stat().st_mtime
 for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
     req = Requirement(spec)
     if req.marker is None or req.marker.evaluate():
