@@ -34,9 +34,11 @@ DUMP_FLAG_HEARTBEAT_V2 = 0x02  # MySQL
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 ER_MALFORMED_GTID_SET_ENCODING = 1773
 # The fast path's read blocks of all dumps together stay within this (each dump also holds a framed
-# copy of its block while the socket takes it, so about twice this): up to 32 dumps read 1 MiB at a
-# time, 100 read 256 KiB (bench/capacity.py: 344 MiB of RSS at 100 clients with 1 MiB each).
-SERVE_BLOCK_BUDGET = 32 << 20
+# copy of its block while the socket takes it, and the mapped pages of a finished file it reads,
+# so about twice this and more): up to 16 dumps read 1 MiB at a time, 100 read 128 KiB
+# (bench/capacity.py at 100 clients: 344 MiB of RSS with 1 MiB each; with 256 KiB and the
+# mapped reads, 147-177 MiB; with 128 KiB, 122-145 MiB and the primary's speed or more).
+SERVE_BLOCK_BUDGET = 16 << 20
 MIN_SERVE_BLOCK = 64 << 10
 
 
