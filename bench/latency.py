@@ -1,7 +1,7 @@
 """Latency benchmark: a single-row commit on the primary until the row is visible on a MariaDB
 replica, the replica replicating directly from the primary vs through the relay.
 
-    python3 -m bench.latency [--commits 400] [--block 50] [--sync commit,none] [--json PATH]
+    python3 -m bench.latency [--commits 2000] [--block 50] [--sync commit,none] [--json PATH]
 
 One primary, one relay per ``--sync`` policy (the real program, ``python3 -m relay.cli run``,
 each with its own server_id and data_dir, all replicating from the primary the whole time) and
@@ -227,7 +227,7 @@ def report(results: dict[str, Any]) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.latency", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--commits", type=int, default=400, help="measured commits per source")
+    p.add_argument("--commits", type=int, default=2000, help="measured commits per source")
     p.add_argument("--block", type=int, default=50, help="commits per block before the replica switches source")
     p.add_argument("--sync", default="commit,none", help="the relays' storage.sync policies, comma-separated")
     p.add_argument("--workdir", default="/tmp/binlog-relay-bench/latency", help="servers' and relays' directories")

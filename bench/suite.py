@@ -301,7 +301,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reuse", action="store_true", help="reuse (and keep) the sandbox primary")
     p.add_argument("--keep-sandbox", action="store_true", help="keep the sandbox primary for a later --reuse")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--commits", type=int, default=400, help="latency: commits per source")
+    p.add_argument("--commits", type=int, default=2000, help="latency: commits per source")
     p.add_argument("--clients", default="1,10,50,100", help="capacity: client counts")
     p.add_argument("--size-mb", type=float, default=300, help="binlog of a new sandbox primary (MiB)")
     p.add_argument("--min-mb", type=float, default=100)
