@@ -85,6 +85,7 @@ def pictures(results: dict[str, Any], out: Path) -> dict[str, str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter
     except ImportError:
         log("matplotlib is not installed (pip install -e '.[bench]'): BENCHMARKS.md gets no pictures")
         return {}
@@ -118,6 +119,11 @@ def pictures(results: dict[str, Any], out: Path) -> dict[str, str]:
             data = sorted(values)
             ax.plot(data, [(i + 1) / len(data) for i in range(len(data))], label=source)
         ax.set_xscale("log")
+        # plain millisecond labels: matplotlib's minor log labels overlap at this width
+        every = [v for values in lat["samples_ms"].values() for v in values]
+        ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 50) if min(every) <= t <= max(every)]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("commit on the primary -> visible on the replica (ms)")
         ax.set_ylabel("share of commits (CDF)")
         ax.set_title("Replication latency")
