@@ -138,7 +138,7 @@ def test_mysql_clients_log_in_with_caching_sha2_password(tmp_path):
         for attempt in range(2):  # full authentication over TLS, then the fast path
             conn = mysql.connector.connect(host="127.0.0.1", port=relay.port, user="connector",
                                            password="connector-pass", ssl_ca=str(certs.ca), use_pure=True)
-            assert conn.get_server_info() == "8.0.26"
+            assert conn.server_info == "8.0.26"
             conn.close()
         with pytest.raises(mysql.connector.errors.ProgrammingError) as refused_connector:
             mysql.connector.connect(host="127.0.0.1", port=relay.port, user="connector", password="wrong",
