@@ -220,6 +220,10 @@ class Dump:
                 self.conn.send_events(to_send)
             self._account(len(to_send), sum(map(len, to_send)), int.from_bytes(to_send[-1][0:4], "little"))
             await self.flush()
+        else:
+            # Nothing to send (a GTID start skipping what the replica has): the walk to the start
+            # can take a second per 70 MB, and every other client and ingest must not wait for it.
+            await trio.lowlevel.checkpoint()
         self.state.position = reader.position
 
     async def _send_block(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:

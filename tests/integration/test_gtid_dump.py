@@ -12,6 +12,8 @@ relay, and a strict-mode replica is refused with the primary's words."""
 from __future__ import annotations
 
 import struct
+import threading
+import time
 
 from relay.binlog.gtid import BinlogState, Gtid
 from relay.protocol.packets import ServerError
@@ -21,6 +23,7 @@ from relay.sandbox.replication import attach_replica, wait_binlog_settled
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
 from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+    RawClient,
     assert_same_data,
     dump_events,
     relay_factory,
@@ -204,3 +207,46 @@ def test_gtid_lists_are_ordered_as_the_primary_orders_them(mariadb_factory):
     primary_order = [Gtid(*struct.unpack_from("<IIQ", listed.data, HEADER_LEN + 4 + 16 * i)) for i in range(count)]
     assert len(primary_order) > 60
     assert state.gtid_list() == primary_order
+
+
+def test_a_gtid_start_far_into_a_file_holds_up_no_other_client(mariadb_factory, relay_factory):
+    """A GTID dump starting at the end of a large file walks every group before its start, as the
+    primary does (a second per 70 MB on the relay).  Meanwhile the relay's other clients are
+    answered as usual: the longest wait for a query while the walk runs is a small part of it
+    (it was all of it: the walk never gave the event loop back)."""
+    primary = mariadb_factory(server_id=1)
+    primary.execute_many([
+        "CREATE DATABASE w", "CREATE TABLE w.t (id INT PRIMARY KEY AUTO_INCREMENT, v VARCHAR(64))",
+        "CREATE PROCEDURE w.fill(n INT) BEGIN DECLARE i INT DEFAULT 0; "
+        "WHILE i < n DO INSERT INTO w.t (v) VALUES (REPEAT('x', 60)); SET i = i + 1; END WHILE; END",
+        "CALL w.fill(60000)",  # autocommit: one group per row, in one file
+    ])
+    relay = relay_factory("relay", primary.port)
+    wait_binlog_settled(primary)
+    wait_for_mirror(primary, relay)
+    connect_state = primary.sql("SELECT @@gtid_binlog_pos")[0][0]
+    answered: list[float] = []
+    walking = threading.Event()
+    done = threading.Event()
+
+    def ask_again_and_again() -> None:
+        with RawClient(relay.port) as other:
+            while not done.is_set():
+                other.query("SELECT @@version")
+                answered.append(time.monotonic())
+                walking.set()
+
+    asker = threading.Thread(target=ask_again_and_again)
+    asker.start()
+    try:
+        walking.wait(10)
+        started = time.monotonic()
+        events = dump_events(relay.port, "", 4, DUMP_SERVER_ID, connect_state=connect_state)
+        ended = time.monotonic()
+    finally:
+        done.set()
+        asker.join(10)
+    assert not [event for event in events if event.type == GTID_EVENT], "the replica has every group"
+    during = [started, *(t for t in answered if started < t < ended), ended]
+    longest_wait = max(later - earlier for earlier, later in zip(during, during[1:]))
+    assert longest_wait < (ended - started) / 2, (longest_wait, ended - started, len(during) - 2)
