@@ -360,6 +360,43 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return result;
 }
 
+/* Walking a stored file for a few event types (the GTIDs of a file): only the headers are read. */
+static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("find", 4, nargs))
+        return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyBytes_Check(args[3]) || PyBytes_GET_SIZE(args[3]) != 256) {
+        PyErr_SetString(PyExc_TypeError, "find(): types must be 256 bytes");
+        return NULL;
+    }
+    const unsigned char *types = (const unsigned char *)PyBytes_AS_STRING(args[3]);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *block = view.buf;
+    if (size > view.len)
+        size = view.len;
+    if (pos < 0)
+        pos = 0;
+    int found = 0;
+    while (size - pos >= EVENT_HEADER) {
+        uint32_t length = le32(block + pos + 9);
+        if (length < EVENT_HEADER || length > (uint64_t)(size - pos))
+            break;
+        if (types[block[pos + 4]]) {
+            found = 1;
+            break;
+        }
+        pos += length;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nO)", pos, found ? Py_True : Py_False);
+}
+
 static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
@@ -393,6 +430,8 @@ static PyMethodDef scan_methods[] = {
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)"},
+    {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL,
+     "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL,
      "crc32(data, value=0) -> int, the same value as zlib.crc32(data, value)"},
     {NULL, NULL, 0, NULL},

@@ -5,6 +5,7 @@ gtid_find_binlog_file).  Admin path: it decodes GTID events, which ingest and se
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from ..binlog import events as ev
@@ -12,8 +13,12 @@ from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from .relaylog import RelayLog
-from .scan import iter_events
+from .scan import event_types, iter_events, iter_events_of_types
 from ..errors import Refusal
+
+_GTID_ONLY = event_types(ev.GTID_EVENT)
+_GTID_SEQ_DOMAIN = struct.Struct("<QI")  # the GTID event body starts with seq_no, domain_id
+_SERVER_ID = struct.Struct("<I")
 
 
 class GtidLookupError(Refusal):
@@ -92,12 +97,14 @@ class GtidIndex:
         return state.most_recent()
 
     def _scan(self, name: str, start: int, end: int, state: BinlogState) -> int:
+        """Add the GTIDs of [start, end) of ``name`` to ``state``; returns where the next scan
+        starts (after the last GTID found: only other events lie between it and ``end``).  This
+        runs in the event loop, so it walks headers only (_GTID_ONLY)."""
         offset = start
         with open(self.relay_log.path(name), "rb") as stored:
-            for offset, event in iter_events(stored, start, end):
-                if event[4] == ev.GTID_EVENT:
-                    gtid = ev.parse_mariadb_gtid(event)
-                    state.update(Gtid(gtid.domain_id, gtid.server_id, gtid.seq_no))
+            for offset, event in iter_events_of_types(stored, start, end, _GTID_ONLY):
+                seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
+                state.update(Gtid(domain_id, _SERVER_ID.unpack_from(event, 5)[0], seq_no))
                 offset += len(event)
         return max(offset, start)
 

@@ -8,6 +8,11 @@ from typing import BinaryIO
 
 from ..binlog import events as ev
 
+try:
+    from ..binlog._scan import find as _compiled_find
+except ImportError:  # built without the C module: the Python loop below
+    _compiled_find = None
+
 BLOCK_SIZE = 1 << 20
 _LENGTH = struct.Struct("<I")
 
@@ -45,6 +50,57 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
             pos = length
         offset += pos
 
+
+
+def event_types(*types: int) -> bytes:
+    """The ``types`` argument of find_event and iter_events_of_types: one byte per event type."""
+    return bytes(t in types for t in range(256))
+
+
+def find_event(block: memoryview | bytes, pos: int, size: int, types: bytes) -> tuple[int, bool]:
+    """The first whole event from ``pos`` in ``block[:size]`` whose type is marked in ``types``:
+    (its offset, True); else (where the whole events end, False).  Only headers are read."""
+    if _compiled_find is not None:
+        return _compiled_find(block, pos, size, types)
+    length_at = _LENGTH.unpack_from
+    while pos + ev.HEADER_LEN <= size:
+        length = length_at(block, pos + 9)[0]
+        if length < ev.HEADER_LEN or pos + length > size:
+            break
+        if types[block[pos + 4]]:
+            return pos, True
+        pos += length
+    return pos, False
+
+
+def iter_events_of_types(stream: BinaryIO, start: int, end: int, types: bytes, block_size: int = BLOCK_SIZE
+                         ) -> Iterator[tuple[int, memoryview]]:
+    """iter_events for the events whose types are marked in ``types`` (event_types): the others
+    are passed over by their headers, many times faster than slicing each out."""
+    offset = start
+    while offset + ev.HEADER_LEN <= end:
+        stream.seek(offset)
+        block = memoryview(stream.read(min(block_size, end - offset)))
+        size = len(block)
+        if size < ev.HEADER_LEN:
+            return
+        pos, found = find_event(block, 0, size, types)
+        while found:
+            length = _LENGTH.unpack_from(block, pos + 9)[0]
+            yield offset + pos, block[pos : pos + length]
+            pos, found = find_event(block, pos + length, size, types)
+        if pos == 0:  # one event bigger than the block, or garbage (the caller's checks report it)
+            length = _LENGTH.unpack_from(block, 9)[0]
+            if length < ev.HEADER_LEN or offset + length > end:
+                return
+            if types[block[4]]:
+                stream.seek(offset)
+                whole = memoryview(stream.read(length))
+                if len(whole) < length:
+                    return
+                yield offset, whole
+            pos = length
+        offset += pos
 
 
 def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:

@@ -43,3 +43,25 @@ def test_a_new_file_without_its_gtid_list_yet_is_not_where_a_replica_starts(tmp_
     assert index.current_state() == parse_gtid_position(gtids[-1])
     assert index.position_at(SECOND, 4) == parse_gtid_position(gtids[-1])
     relay_log.close()
+
+
+def test_the_state_read_a_group_at_a_time_is_the_state_read_at_once(tmp_path):
+    """The newest file's GTIDs are read from where the last read stopped (after its last GTID
+    event): after each commit the state is the last GTID of each domain committed so far."""
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    index = GtidIndex(relay_log)
+    tracker, chunks, start, committed_gtids = GroupTracker(), [], 4, []
+    for offset, event in file_events(BINLOG):
+        chunks.append(memoryview(event))
+        if event[4] == ev.GTID_EVENT:
+            committed_gtids.append(_gtids(BINLOG[:4] + bytes(event))[0])
+        if tracker.ends_group(event[4], event):
+            end = offset + len(event)
+            relay_log.apply([Segment(FIRST, start, chunks, end - start, end, offset, new_file=start == 4)])
+            chunks, start = [], end
+            expected = parse_gtid_position(",".join({g.split("-")[0]: g for g in committed_gtids}.values()))
+            assert index.current_state() == expected, offset
+            assert GtidIndex(relay_log).current_state() == expected, offset  # read at once
+    assert len(committed_gtids) > 2
+    relay_log.close()

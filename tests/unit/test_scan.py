@@ -1,0 +1,81 @@
+"""Walking stored files for a few event types (relay/storage/scan.py): the same events as the full
+walk, compiled and in Python."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from relay.binlog import events as ev
+from relay.storage import scan
+from relay.storage.scan import event_types, find_event, iter_events, iter_events_of_types
+from tests.support.binlogs import MARIADB_MIXED_BINLOG
+from tests.support.loops import LOOPS, python_loop, select_loop
+
+BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
+
+
+def _full_walk(data: bytes, types: bytes, block_size: int) -> list[tuple[int, bytes]]:
+    return [(offset, bytes(event)) for offset, event in iter_events(io.BytesIO(data), 4, len(data), block_size)
+            if types[event[4]]]
+
+
+def _typed_walk(data: bytes, types: bytes, block_size: int) -> list[tuple[int, bytes]]:
+    return [(offset, bytes(event))
+            for offset, event in iter_events_of_types(io.BytesIO(data), 4, len(data), types, block_size)]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("block_size", [64, 200, 4096, 1 << 20])  # 64 and 200: events larger than a block
+@pytest.mark.parametrize("wanted", [(ev.GTID_EVENT,), (ev.XID_EVENT, ev.QUERY_EVENT), (ev.FORMAT_DESCRIPTION_EVENT,), ()])
+def test_the_typed_walk_finds_what_the_full_walk_finds(loop, block_size, wanted, monkeypatch):
+    select_loop(loop, monkeypatch, scan, "_compiled_find")
+    types = event_types(*wanted)
+    expected = _full_walk(BINLOG, types, block_size)
+    assert _typed_walk(BINLOG, types, block_size) == expected
+    if wanted == (ev.GTID_EVENT,):
+        assert len(expected) > 10, "the fixture has GTID events"
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_walk_stops_at_a_torn_tail_and_at_a_bogus_length(loop, monkeypatch):
+    select_loop(loop, monkeypatch, scan, "_compiled_find")
+    every = event_types(*range(256))
+    whole = _full_walk(BINLOG, every, 4096)
+    torn = BINLOG[: whole[-1][0] + 7]  # the last event cut after 7 bytes
+    assert _typed_walk(torn, every, 4096) == whole[:-1]
+    bogus = bytearray(BINLOG)
+    third = whole[2][0]
+    bogus[third + 9 : third + 13] = (5).to_bytes(4, "little")  # shorter than a header
+    assert _typed_walk(bytes(bogus), every, 4096) == whole[:2]
+
+
+@given(data=st.binary(max_size=600), start=st.integers(0, 700), size=st.integers(-5, 700),
+       marked=st.sets(st.integers(0, 255), max_size=4))
+@settings(max_examples=400, deadline=None)
+def test_find_compiled_and_in_python_agree_on_any_bytes(data, start, size, marked):
+    """On corrupt or cut input too: the same offset and answer, never a read past ``size``."""
+    types = event_types(*marked)
+    block = SMALL_EVENTS + data
+    size = min(size, len(block))
+    compiled = find_event(block, start, size, types)
+    with python_loop(scan, "_compiled_find"):
+        in_python = find_event(block, start, size, types)
+    assert compiled == in_python
+
+
+def _small_events() -> bytes:
+    """A run of whole events after the format description, a few hundred bytes long."""
+    events = _full_walk(BINLOG, event_types(*range(256)), 4096)[1:]
+    run = b""
+    for _, event in events:
+        if len(run) + len(event) > 500:
+            break
+        run += event
+    assert len(run) > 200
+    return run
+
+
+SMALL_EVENTS = _small_events()
