@@ -17,6 +17,7 @@ from .scan import event_types, iter_events, iter_events_of_types
 from ..errors import Refusal
 
 _GTID_ONLY = event_types(ev.GTID_EVENT)
+_MYSQL_GTIDS = event_types(ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT)
 _GTID_SEQ_DOMAIN = struct.Struct("<QI")  # the GTID event body starts with seq_no, domain_id
 _SERVER_ID = struct.Struct("<I")
 
@@ -228,7 +229,7 @@ class MysqlGtidIndex:
         _, scanned, state, last = self._tail
         offset = scanned
         with open(self.relay_log.path(name), "rb") as stored:
-            for offset, event in iter_events(stored, scanned, end):
+            for offset, event in iter_events_of_types(stored, scanned, end, _MYSQL_GTIDS):
                 gtid = gtid_of_event(event)
                 if gtid is not None:
                     state.add(gtid)

@@ -2,16 +2,23 @@
 window between a rotation and the commit of the new file's GTID_LIST (group commit makes it
 last an fsync)."""
 
+from pathlib import Path
+
+import pytest
+
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.gtid import parse_gtid_position
 from relay.binlog.stream import Segment
-from relay.storage.gtidindex import GtidIndex
+from relay.binlog.mysqlgtid import gtid_of_event
+from relay.storage.gtidindex import GtidIndex, MysqlGtidIndex
+from relay.storage.importer import import_binlogs
 from relay.storage.relaylog import RelayLog
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
 FIRST, SECOND = "mysql-bin.000001", "mysql-bin.000002"
+MYSQL_FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mysql"
 
 
 def _whole_file_segment(name: str) -> Segment:
@@ -65,3 +72,25 @@ def test_the_state_read_a_group_at_a_time_is_the_state_read_at_once(tmp_path):
             assert GtidIndex(relay_log).current_state() == expected, offset  # read at once
     assert len(committed_gtids) > 2
     relay_log.close()
+
+
+@pytest.mark.parametrize("name", ["binlog-invisible-columns.000001", "mysql-enum-string-set.000001",
+                                  "binlog_transaction_with_GTID_TAG.000001"])
+def test_a_mysql_history_executed_set_is_every_gtid_of_its_files(tmp_path, name):
+    """gtid_executed of an imported MySQL file: its PREVIOUS_GTIDS and every GTID event in it
+    (tagged ones too), as a full walk of the file finds them."""
+    source = MYSQL_FIXTURES / name
+    import_binlogs(tmp_path / "data", [source])
+    relay_log = RelayLog(tmp_path / "data", sync="none")
+    relay_log.open()
+    try:
+        index = MysqlGtidIndex(relay_log)
+        expected = index.previous(name).copy()
+        walked = [gtid_of_event(event) for _, event in file_events(source.read_bytes())]
+        for gtid in filter(None, walked):
+            expected.add(gtid)
+        assert [g for g in walked if g is not None], "the fixture has GTID events"
+        assert index.executed() == expected
+        assert index.newest_source() == [g for g in walked if g is not None][-1]
+    finally:
+        relay_log.close()
