@@ -345,6 +345,8 @@ async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection
     try:
         if request.server_id == context.relay_server_id:
             raise DumpError(same_id_message(request.server_id))
+        if request.variables.get("slave_connect_state") is not None:
+            await context.gtid_index.catch_up()  # plan() then reads little in the event loop
         reader, start = dump.plan()
         conn.semi_sync = request.semi_sync
         registry.start_dump(state)

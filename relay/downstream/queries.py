@@ -6,6 +6,7 @@ would give.  Pure functions over strings; the session object holds the user vari
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -71,10 +72,12 @@ def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
     return Rows(columns, tuple(rows))
 
 
-# System variables replicas and tools ask for, by lower-case name.
+# System variables replicas and tools ask for, by lower-case name.  Those read from the stored
+# files are functions, called only when asked for: the first read after much ingest walks the
+# newest file, and every SELECT @@version must not pay for it.
 def _system_variables(server: ServerFacts) -> dict[str, object]:
-    gtid = server.gtid_binlog_pos() if server.is_mariadb else ""
-    executed = "" if server.is_mariadb else server.mysql_gtid_executed()
+    gtid = functools.cache(server.gtid_binlog_pos if server.is_mariadb else str)
+    executed = functools.cache(str if server.is_mariadb else server.mysql_gtid_executed)
     return {
         "version": server.version,
         "server_id": server.server_id,
@@ -82,9 +85,9 @@ def _system_variables(server: ServerFacts) -> dict[str, object]:
         "binlog_checksum": server.binlog_checksum,
         "gtid_domain_id": server.gtid_domain_id,
         # MariaDB has no gtid_mode; a MySQL history is served with ON once it holds GTIDs
-        "gtid_mode": "OFF" if server.is_mariadb or not executed else "ON",
+        "gtid_mode": lambda: "OFF" if server.is_mariadb or not executed() else "ON",
         "gtid_executed": executed,
-        "gtid_purged": "" if server.is_mariadb else server.mysql_gtid_purged(),
+        "gtid_purged": str if server.is_mariadb else server.mysql_gtid_purged,
         "gtid_binlog_pos": gtid,
         "gtid_current_pos": gtid,
         "gtid_slave_pos": "",
@@ -226,7 +229,12 @@ def _variable_name(reference: str) -> str:
 
 
 def _system_variable(reference: str, server: ServerFacts) -> object:
-    return _system_variables(server).get(_variable_name(reference), _UNSET)
+    return _value(_system_variables(server).get(_variable_name(reference), _UNSET))
+
+
+def _value(entry: object) -> object:
+    """A system variable's value: those read from the stored files are functions (_system_variables)."""
+    return entry() if callable(entry) else entry
 
 
 # ------------------------------------------------------------------ SELECT
@@ -309,4 +317,4 @@ def _show_variables(kind: str | None, pattern: str | None, server: ServerFacts) 
         if kind and kind.lower().startswith("where"):
             regex = re.compile("^" + re.escape(pattern.lower()) + "$")
         selected = sorted((name, value) for name, value in variables.items() if regex.match(name))
-    return Rows(("Variable_name", "Value"), tuple((name, value) for name, value in selected))
+    return Rows(("Variable_name", "Value"), tuple((name, _value(value)) for name, value in selected))

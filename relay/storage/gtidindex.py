@@ -8,15 +8,19 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import trio
+
 from ..binlog import events as ev
 from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from .relaylog import RelayLog
-from .scan import event_types, iter_events, iter_events_of_types
+from .scan import BLOCK_SIZE, event_types, events_of_types, iter_events
 from ..errors import Refusal
 
 _GTID_ONLY = event_types(ev.GTID_EVENT)
+# catch_up reads this much between turns of the event loop (about 30 ms of walking headers)
+CATCH_UP_STEP = 8 << 20
 _MYSQL_GTIDS = event_types(ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT)
 _GTID_SEQ_DOMAIN = struct.Struct("<QI")  # the GTID event body starts with seq_no, domain_id
 _SERVER_ID = struct.Struct("<I")
@@ -76,16 +80,33 @@ class GtidIndex:
         committed = self.relay_log.committed
         if committed is None:
             return BinlogState()
-        name, end = committed
+        if not self._tail_at(committed[0]):
+            return self._state_before(committed[0])  # nothing of this file is committed yet
+        self._read_tail(committed[1], budget=None)
+        return self._tail[2].copy()  # type: ignore[index]
+
+    async def catch_up(self) -> None:
+        """Read the committed GTIDs of the newest file not read yet, a few megabytes at a time,
+        giving the event loop back in between: the GTID request that follows reads the rest in
+        the loop, and a gigabyte file no longer holds every other client for seconds."""
+        while (committed := self.relay_log.committed) is not None and self._tail_at(committed[0]):
+            if self._tail[1] >= committed[1]:  # type: ignore[index]
+                return
+            self._read_tail(committed[1], budget=CATCH_UP_STEP)
+            await trio.lowlevel.checkpoint()
+
+    def _tail_at(self, name: str) -> bool:
+        """The tail is the newest file's (set up from its GTID_LIST); False while that is not committed."""
         if self._tail is None or self._tail[0] != name:
             start = self.file_start_state(name)
             if start is None:
-                return self._state_before(name)  # nothing of this file is committed yet
+                return False
             self._tail = (name, 4, start)
-        _, scanned, state = self._tail
-        scanned = self._scan(name, scanned, end, state)
-        self._tail = (name, scanned, state)
-        return state.copy()
+        return True
+
+    def _read_tail(self, end: int, budget: int | None) -> None:
+        name, scanned, state = self._tail  # type: ignore[misc]
+        self._tail = (name, self._scan(name, scanned, end, state, budget), state)
 
     def current_state(self) -> dict[int, Gtid]:
         """@@gtid_binlog_pos: the last GTID of every domain up to the committed end."""
@@ -97,17 +118,16 @@ class GtidIndex:
         self._scan(name, 4, min(position, self.relay_log.file_end(name)), state)
         return state.most_recent()
 
-    def _scan(self, name: str, start: int, end: int, state: BinlogState) -> int:
-        """Add the GTIDs of [start, end) of ``name`` to ``state``; returns where the next scan
-        starts (after the last GTID found: only other events lie between it and ``end``).  This
-        runs in the event loop, so it walks headers only (_GTID_ONLY)."""
-        offset = start
+    def _scan(self, name: str, start: int, end: int, state: BinlogState, budget: int | None = None) -> int:
+        """Add the GTIDs of [start, end) of ``name`` to ``state`` (about ``budget`` bytes of it,
+        when given); returns where the whole events read end.  Headers only (events_of_types)."""
         with open(self.relay_log.path(name), "rb") as stored:
-            for offset, event in iter_events_of_types(stored, start, end, _GTID_ONLY):
-                seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
-                state.update(Gtid(domain_id, _SERVER_ID.unpack_from(event, 5)[0], seq_no))
-                offset += len(event)
-        return max(offset, start)
+            gtid_events, walked = events_of_types(stored, start, end, _GTID_ONLY, budget,
+                                                  min(budget or BLOCK_SIZE, BLOCK_SIZE))
+        for _, event in gtid_events:
+            seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
+            state.update(Gtid(domain_id, _SERVER_ID.unpack_from(event, 5)[0], seq_no))
+        return walked
 
     def plan_dump(self, requested: dict[int, Gtid], strict: bool, ignore_duplicates: bool) -> GtidDumpPlan:
         """Where a replica that has ``requested`` (one GTID per domain) starts, and what it skips."""
@@ -227,15 +247,14 @@ class MysqlGtidIndex:
             last = self._tail[3] if self._tail else None
             self._tail = (name, 4, start, last)
         _, scanned, state, last = self._tail
-        offset = scanned
         with open(self.relay_log.path(name), "rb") as stored:
-            for offset, event in iter_events_of_types(stored, scanned, end, _MYSQL_GTIDS):
-                gtid = gtid_of_event(event)
-                if gtid is not None:
-                    state.add(gtid)
-                    last = gtid
-                offset += len(event)
-        self._tail = (name, max(offset, scanned), state, last)
+            gtid_events, walked = events_of_types(stored, scanned, end, _MYSQL_GTIDS)
+        for _, event in gtid_events:
+            gtid = gtid_of_event(event)
+            if gtid is not None:
+                state.add(gtid)
+                last = gtid
+        self._tail = (name, walked, state, last)
 
     def plan_dump(self, replica_has: GtidSet) -> str:
         """COM_BINLOG_DUMP_GTID (rpl_binlog_sender.cc, find_first_log_not_in_gtid_set): refuse a

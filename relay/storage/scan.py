@@ -53,7 +53,7 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
 
 
 def event_types(*types: int) -> bytes:
-    """The ``types`` argument of find_event and iter_events_of_types: one byte per event type."""
+    """The ``types`` argument of find_event and events_of_types: one byte per event type."""
     return bytes(t in types for t in range(256))
 
 
@@ -73,34 +73,41 @@ def find_event(block: memoryview | bytes, pos: int, size: int, types: bytes) -> 
     return pos, False
 
 
-def iter_events_of_types(stream: BinaryIO, start: int, end: int, types: bytes, block_size: int = BLOCK_SIZE
-                         ) -> Iterator[tuple[int, memoryview]]:
-    """iter_events for the events whose types are marked in ``types`` (event_types): the others
-    are passed over by their headers, many times faster than slicing each out."""
+def events_of_types(stream: BinaryIO, start: int, end: int, types: bytes, budget: int | None = None,
+                    block_size: int = BLOCK_SIZE) -> tuple[list[tuple[int, bytes]], int]:
+    """The (offset, event) of every whole event in [start, end) whose type is marked in ``types``
+    (event_types), and where the whole events walked end.  The others are passed over by their
+    headers, many times faster than slicing each out.  The events are copies, meant for small
+    ones such as GTIDs: a walk of a whole file keeps none of its blocks.  With ``budget`` the walk
+    stops at the first block boundary past ``start + budget`` (an event larger than a block is
+    still read whole).  It stops silently at a partial event or a bogus length (the callers'
+    checks report it)."""
+    found: list[tuple[int, bytes]] = []
     offset = start
-    while offset + ev.HEADER_LEN <= end:
+    while offset + ev.HEADER_LEN <= end and (budget is None or offset - start < budget):
         stream.seek(offset)
         block = memoryview(stream.read(min(block_size, end - offset)))
         size = len(block)
         if size < ev.HEADER_LEN:
-            return
-        pos, found = find_event(block, 0, size, types)
-        while found:
+            break
+        pos, hit = find_event(block, 0, size, types)
+        while hit:
             length = _LENGTH.unpack_from(block, pos + 9)[0]
-            yield offset + pos, block[pos : pos + length]
-            pos, found = find_event(block, pos + length, size, types)
-        if pos == 0:  # one event bigger than the block, or garbage (the caller's checks report it)
+            found.append((offset + pos, bytes(block[pos : pos + length])))
+            pos, hit = find_event(block, pos + length, size, types)
+        if pos == 0:  # one event bigger than the block, or garbage
             length = _LENGTH.unpack_from(block, 9)[0]
             if length < ev.HEADER_LEN or offset + length > end:
-                return
+                break
             if types[block[4]]:
                 stream.seek(offset)
-                whole = memoryview(stream.read(length))
+                whole = stream.read(length)
                 if len(whole) < length:
-                    return
-                yield offset, whole
+                    break
+                found.append((offset, whole))
             pos = length
         offset += pos
+    return found, offset
 
 
 def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:

@@ -42,6 +42,25 @@ def test_user_variables_are_kept_per_connection_and_read_back():
     assert _ask("SELECT @never_set", session) == Rows(("@never_set",), ((None,),))
 
 
+@pytest.mark.parametrize("is_mariadb", [True, False])
+def test_the_gtid_variables_are_read_from_the_stored_files_only_when_asked_for(is_mariadb):
+    """Reading them walks the newest stored file: SELECT @@version must not."""
+    reads: list[str] = []
+
+    def read(name: str, value: str):  # type: ignore[no-untyped-def]
+        return lambda: reads.append(name) or value
+
+    facts = dict(is_mariadb=is_mariadb, gtid_binlog_pos=read("gtid_binlog_pos", "0-1-9"),
+                 mysql_gtid_executed=read("gtid_executed", "u:1-5"), mysql_gtid_purged=read("gtid_purged", ""))
+    assert _ask("SELECT @@version, @@server_id", **facts) != Ok()
+    assert _ask("SHOW VARIABLES LIKE 'server_%'", **facts) != Ok()
+    assert reads == []
+    name = "gtid_binlog_pos" if is_mariadb else "gtid_executed"
+    value = "0-1-9" if is_mariadb else "u:1-5"
+    assert _ask(f"SELECT @@{name}", **facts) == Rows((f"@@{name}",), ((value,),))
+    assert reads == [name]
+
+
 def test_system_variables_and_functions():
     assert _ask("SELECT @@GLOBAL.server_id, @@version AS v, connection_id()") == Rows(
         ("@@GLOBAL.server_id", "v", "connection_id()"), ((1001, "10.11.19-MariaDB-log", 42),))

@@ -1,5 +1,5 @@
 """Walking stored files for a few event types (relay/storage/scan.py): the same events as the full
-walk, compiled and in Python."""
+walk, compiled and in Python, whole or a budget at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from relay.binlog import events as ev
 from relay.storage import scan
-from relay.storage.scan import event_types, find_event, iter_events, iter_events_of_types
+from relay.storage.scan import event_types, events_of_types, find_event, iter_events
 from tests.support.binlogs import MARIADB_MIXED_BINLOG
 from tests.support.loops import LOOPS, python_loop, select_loop
 
@@ -23,8 +23,8 @@ def _full_walk(data: bytes, types: bytes, block_size: int) -> list[tuple[int, by
 
 
 def _typed_walk(data: bytes, types: bytes, block_size: int) -> list[tuple[int, bytes]]:
-    return [(offset, bytes(event))
-            for offset, event in iter_events_of_types(io.BytesIO(data), 4, len(data), types, block_size)]
+    found, _ = events_of_types(io.BytesIO(data), 4, len(data), types, block_size=block_size)
+    return found
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -40,12 +40,32 @@ def test_the_typed_walk_finds_what_the_full_walk_finds(loop, block_size, wanted,
 
 
 @pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("budget", [1, 300, 5000])
+def test_a_walk_a_budget_at_a_time_finds_what_one_walk_finds(loop, budget, monkeypatch):
+    select_loop(loop, monkeypatch, scan, "_compiled_find")
+    types = event_types(ev.GTID_EVENT, ev.XID_EVENT)
+    stream, found, offset, steps = io.BytesIO(BINLOG), [], 4, 0
+    while True:
+        step, walked = events_of_types(stream, offset, len(BINLOG), types, budget, block_size=256)
+        found += step
+        steps += 1
+        if walked == offset:
+            break
+        assert walked - offset < budget + 256 or len(step) == 1, "one block past the budget at most"
+        offset = walked
+    assert offset == len(BINLOG), "every whole event walked"
+    assert found == _full_walk(BINLOG, types, 4096)
+    assert steps > 2 or budget > len(BINLOG)  # walked in several steps when the budget is short
+
+
+@pytest.mark.parametrize("loop", LOOPS)
 def test_the_walk_stops_at_a_torn_tail_and_at_a_bogus_length(loop, monkeypatch):
     select_loop(loop, monkeypatch, scan, "_compiled_find")
     every = event_types(*range(256))
     whole = _full_walk(BINLOG, every, 4096)
     torn = BINLOG[: whole[-1][0] + 7]  # the last event cut after 7 bytes
     assert _typed_walk(torn, every, 4096) == whole[:-1]
+    assert events_of_types(io.BytesIO(torn), 4, len(torn), every)[1] == whole[-1][0], "walked up to the cut"
     bogus = bytearray(BINLOG)
     third = whole[2][0]
     bogus[third + 9 : third + 13] = (5).to_bytes(4, "little")  # shorter than a header
