@@ -90,9 +90,12 @@ class GtidIndex:
         giving the event loop back in between: the GTID request that follows reads the rest in
         the loop, and a gigabyte file no longer holds every other client for seconds."""
         while (committed := self.relay_log.committed) is not None and self._tail_at(committed[0]):
-            if self._tail[1] >= committed[1]:  # type: ignore[index]
+            read_up_to = self._tail[1]  # type: ignore[index]
+            if read_up_to >= committed[1]:
                 return
             self._read_tail(committed[1], budget=CATCH_UP_STEP)
+            if self._tail[1] == read_up_to:  # type: ignore[index]
+                return  # a damaged event stops the walk: the dump's own reads report it
             await trio.lowlevel.checkpoint()
 
     def _tail_at(self, name: str) -> bool:

@@ -132,3 +132,18 @@ async def test_catch_up_reads_the_newest_file_a_step_at_a_time(tmp_path, monkeyp
     assert walked_after[0] == 0, "catch_up had read it all"
     assert walked_after[1] > 0, "the fresh index read the file"
     relay_log.close()
+
+
+async def test_catch_up_ends_at_a_damaged_event(tmp_path):
+    """A bogus event length in the committed part (a damaged file) ends the walk instead of
+    retrying it for ever; the dump's reads report the damage."""
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    relay_log.apply([_whole_file_segment(FIRST)])
+    offset = file_events(BINLOG)[3][0]
+    with open(tmp_path / FIRST, "r+b") as stored:
+        stored.seek(offset + 9)
+        stored.write((5).to_bytes(4, "little"))  # shorter than an event header
+    with trio.fail_after(5):
+        await GtidIndex(relay_log).catch_up()
+    relay_log.close()
