@@ -445,10 +445,17 @@ static struct PyModuleDef scan_module = {
 PyMODINIT_FUNC PyInit__scan(void)
 {
     crc_table_init();
+    int clmul = 0;
 #ifdef HAVE_CLMUL_CRC
     __builtin_cpu_init();
-    clmul_usable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")
+    clmul = clmul_usable = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")
         && getenv("BINLOG_RELAY_NO_CLMUL") == NULL;
 #endif
-    return PyModule_Create(&scan_module);
+    PyObject *m = PyModule_Create(&scan_module);
+    /* which CRC32 loop runs (the tests check that the choice is made) */
+    if (m != NULL && PyModule_AddIntConstant(m, "CLMUL", clmul) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -338,7 +338,12 @@ def test_compiled_crc32_equals_zlib(data, offset, start):
 
 def test_compiled_crc32_without_carry_less_multiplication_equals_zlib():
     """The table path alone (CPUs without PCLMULQDQ), forced in a process of its own."""
+    from relay.binlog import _scan
+
+    cpu_flags = Path("/proc/cpuinfo").read_text().split()
+    assert _scan.CLMUL == ("pclmulqdq" in cpu_flags and "sse4_1" in cpu_flags), "the CPU's loop is not chosen"
     check = ("import os, zlib; from relay.binlog import _scan; data = os.urandom(1 << 16); "
+             "assert not _scan.CLMUL, 'BINLOG_RELAY_NO_CLMUL ignored'; "
              "assert all(_scan.crc32(data[i:i + n], i) == zlib.crc32(data[i:i + n], i) "
              "for i in range(9) for n in (0, 1, 63, 64, 65, 1000, 40000))")
     subprocess.run([sys.executable, "-c", check], check=True, env={**os.environ, "BINLOG_RELAY_NO_CLMUL": "1"})
