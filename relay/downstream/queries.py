@@ -72,12 +72,19 @@ def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
     return Rows(columns, tuple(rows))
 
 
+def _none_of_them() -> str:
+    """The GTID variables of the other flavour: empty."""
+    return ""
+
+
 # System variables replicas and tools ask for, by lower-case name.  Those read from the stored
 # files are functions, called only when asked for: the first read after much ingest walks the
 # newest file, and every SELECT @@version must not pay for it.
 def _system_variables(server: ServerFacts) -> dict[str, object]:
-    gtid = functools.cache(server.gtid_binlog_pos if server.is_mariadb else str)
-    executed = functools.cache(str if server.is_mariadb else server.mysql_gtid_executed)
+    if server.is_mariadb:
+        gtid, executed, purged = functools.cache(server.gtid_binlog_pos), _none_of_them, _none_of_them
+    else:
+        gtid, executed, purged = _none_of_them, functools.cache(server.mysql_gtid_executed), server.mysql_gtid_purged
     return {
         "version": server.version,
         "server_id": server.server_id,
@@ -85,9 +92,9 @@ def _system_variables(server: ServerFacts) -> dict[str, object]:
         "binlog_checksum": server.binlog_checksum,
         "gtid_domain_id": server.gtid_domain_id,
         # MariaDB has no gtid_mode; a MySQL history is served with ON once it holds GTIDs
-        "gtid_mode": lambda: "OFF" if server.is_mariadb or not executed() else "ON",
+        "gtid_mode": lambda: "ON" if executed() else "OFF",
         "gtid_executed": executed,
-        "gtid_purged": str if server.is_mariadb else server.mysql_gtid_purged,
+        "gtid_purged": purged,
         "gtid_binlog_pos": gtid,
         "gtid_current_pos": gtid,
         "gtid_slave_pos": "",

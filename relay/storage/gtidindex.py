@@ -15,12 +15,12 @@ from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from .relaylog import RelayLog
-from .scan import BLOCK_SIZE, event_types, events_of_types, iter_events
+from .scan import event_types, events_of_types, iter_events
 from ..errors import Refusal
 
-_GTID_ONLY = event_types(ev.GTID_EVENT)
 # catch_up reads this much between turns of the event loop (about 30 ms of walking headers)
 CATCH_UP_STEP = 8 << 20
+_GTID_ONLY = event_types(ev.GTID_EVENT)
 _MYSQL_GTIDS = event_types(ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT)
 _GTID_SEQ_DOMAIN = struct.Struct("<QI")  # the GTID event body starts with seq_no, domain_id
 _SERVER_ID = struct.Struct("<I")
@@ -125,8 +125,7 @@ class GtidIndex:
         """Add the GTIDs of [start, end) of ``name`` to ``state`` (about ``budget`` bytes of it,
         when given); returns where the whole events read end.  Headers only (events_of_types)."""
         with open(self.relay_log.path(name), "rb") as stored:
-            gtid_events, walked = events_of_types(stored, start, end, _GTID_ONLY, budget,
-                                                  min(budget or BLOCK_SIZE, BLOCK_SIZE))
+            gtid_events, walked = events_of_types(stored, start, end, _GTID_ONLY, budget)
         for _, event in gtid_events:
             seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
             state.update(Gtid(domain_id, _SERVER_ID.unpack_from(event, 5)[0], seq_no))

@@ -74,14 +74,16 @@ def find_event(block: memoryview | bytes, pos: int, size: int, types: bytes) -> 
 
 
 def events_of_types(stream: BinaryIO, start: int, end: int, types: bytes, budget: int | None = None,
-                    block_size: int = BLOCK_SIZE) -> tuple[list[tuple[int, bytes]], int]:
+                    block_size: int | None = None) -> tuple[list[tuple[int, bytes]], int]:
     """The (offset, event) of every whole event in [start, end) whose type is marked in ``types``
     (event_types), and where the whole events walked end.  The others are passed over by their
     headers, many times faster than slicing each out.  The events are copies, meant for small
     ones such as GTIDs: a walk of a whole file keeps none of its blocks.  With ``budget`` the walk
     stops at the first block boundary past ``start + budget`` (an event larger than a block is
-    still read whole).  It stops silently at a partial event or a bogus length (the callers'
-    checks report it)."""
+    still read whole); its blocks are no larger than the budget (default block size).  It stops
+    silently at a partial event or a bogus length (the callers' checks report it)."""
+    if block_size is None:
+        block_size = min(budget, BLOCK_SIZE) if budget else BLOCK_SIZE
     found: list[tuple[int, bytes]] = []
     offset = start
     while offset + ev.HEADER_LEN <= end and (budget is None or offset - start < budget):
