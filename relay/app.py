@@ -54,7 +54,8 @@ def upstream_settings(config: Config) -> UpstreamSettings:
 
 
 def open_relay_log(config: Config) -> RelayLog:
-    relay_log = RelayLog(config.data_dir, config.storage.sync, config.storage.sync_interval_ms / 1000)
+    relay_log = RelayLog(config.data_dir, config.storage.sync, config.storage.sync_interval_ms / 1000,
+                         index_interval=config.storage.index_interval)
     relay_log.open()
     return relay_log
 
@@ -85,6 +86,7 @@ class Relay:
                 if self.config.metrics.enabled:
                     await nursery.start(self.http.serve, self.config.metrics.host, self.config.metrics.port)
                 nursery.start_soon(self.upstream.run)
+                nursery.start_soon(self.relay_log.history.index_stored_files)
                 nursery.start_soon(self._sync_timer)
                 nursery.start_soon(self._retention_timer)
                 task_status.started(self)

@@ -1,4 +1,4 @@
-"""binlog-relay command line: run | check-config | demo | hash-password | export | import | --version."""
+"""binlog-relay command line: run | check-config | demo | hash-password | export | import | search | --version."""
 
 from __future__ import annotations
 
@@ -102,6 +102,23 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    import json
+
+    from .errors import InputError
+    from .storage.files import DataDirError
+    from .storage.search import StoredHistory, parse_moment
+
+    try:
+        history = StoredHistory(args.data_dir)
+        found = history.at_time(parse_moment(args.time)) if args.time else history.holding(args.gtid)
+    except (InputError, DataDirError, OSError) as err:
+        print(f"binlog-relay search: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(found, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
@@ -121,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
     from .pipeline.export import add_arguments as export_arguments  # argparse only, no pyspark
 
-    export = commands.add_parser("export", help="write the stored binlogs' row changes as Parquet/JSON/CSV "
+    export = commands.add_parser("export", help="write the stored binlogs' row changes (or one row per "
+                                 "transaction: --view transactions) as Parquet/JSON/CSV "
                                  "with Spark (needs the spark extra)")
     export_arguments(export)
     export.set_defaults(handler=cmd_export)
@@ -130,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--data-dir", required=True, help="the relay's data_dir (created if missing)")
     imp.add_argument("files", nargs="+", metavar="FILE", help="binlog files, oldest first")
     imp.set_defaults(handler=cmd_import)
+    search = commands.add_parser("search", help="where the stored history holds a moment or GTIDs (JSON on "
+                                 "stdout), from its index: for point-in-time recovery")
+    search.add_argument("--data-dir", required=True, help="the relay's data_dir (read only; the relay may run)")
+    what = search.add_mutually_exclusive_group(required=True)
+    what.add_argument("--time", help="the last transaction committed at or before this moment: "
+                      "'YYYY-MM-DD HH:MM:SS' (UTC, or with an offset such as +02:00) or '@SECONDS'")
+    what.add_argument("--gtid", help="the transactions of MariaDB GTIDs (0-1-100,1-2-5), or the files "
+                      "holding part of a MySQL GTID set (uuid:1-5)")
+    search.set_defaults(handler=cmd_search)
     return parser
 
 

@@ -243,6 +243,9 @@ class StorageConfig:
                      "fsync policy: commit = before a transaction is acknowledged as stored (group commit); "
                      "interval = every sync_interval_ms; none = leave it to the OS.", "commit")
     sync_interval_ms: int = opt(Int(1), "fsync period for sync: interval.", 100)
+    index_interval: int = opt(Size(), "Bytes of a stored file between two entries of its index (history-index/): a "
+                              "GTID dump, BINLOG_GTID_POS and a search by time or GTID walk at most this much of it.",
+                              4 << 20)
     retention: RetentionConfig = section(RetentionConfig, "When old binlog files are purged.")
 
 

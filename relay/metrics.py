@@ -152,6 +152,9 @@ class RelayCollector(Collector):
         yield _counter("downstream_sent_bytes", "Bytes of binlog events sent to replicas", registry.bytes_sent)
         yield _labelled_counter("groups_filtered", "Event groups not sent to a replica, by reason", "reason",
                                 registry.groups_filtered)
+        yield _labelled_counter("gtid_start_passed_bytes", "Bytes of stored files GTID dumps passed over before their "
+                                "start: jumped with the index of the stored history, or walked", "how",
+                                registry.gtid_start_passed)
         yield _counter("auth_failures", "Downstream logins refused", registry.auth_failures)
         yield _labelled_counter("protocol_errors", "Downstream protocol errors, by kind", "kind",
                                 registry.protocol_errors)

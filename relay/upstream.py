@@ -377,7 +377,6 @@ class Upstream:
                                binlog_state)
         check_writable(facts)
         if binlog_state is not None:
-            await self._gtid_index.catch_up()
             check_history(self._gtid_index.binlog_state(), binlog_state)
         return facts
 
@@ -448,7 +447,6 @@ class Upstream:
         relay_log = self.relay_log
         if facts.binlog_state is None or relay_log.committed is None:
             raise FatalIngestError("the relay can follow another primary only by MariaDB GTID, from stored history")
-        await self._gtid_index.catch_up()
         state = self._gtid_index.binlog_state()
         connect_state = format_gtid_position(state.most_recent())
         file, end = relay_log.committed

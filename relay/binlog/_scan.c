@@ -425,6 +425,467 @@ static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t na
     return PyLong_FromUnsignedLong(crc);
 }
 
+
+/*
+ * Spans of the index of the stored history (relay/binlog/spans.py, where the walk is written
+ * in Python too: PySpanWalker, the reference).  Ingest tells the walker every event it stores,
+ * so the walk must cost next to nothing: per event it reads the type, and per group the GTID.
+ * Its state lives in a bytearray (span_walker()) that only this file reads.
+ *
+ * span_walker() -> bytearray;  span_reset(ctx, offset, crc);  span_position(ctx) -> (offset,
+ * clean_end, span_start, broken);  span_walk(ctx, chunks, offset, sink);  span_walk_block(ctx,
+ * block, size, sink, interval) -> bytes used (stopping at the first clean point interval bytes
+ * past the span's start, when interval > 0);  span_take(ctx, reset) -> the span's fields.
+ * sink: a list the MySQL GTID events walked are appended to (copies), closed groups' first.
+ */
+#define SPAN_PAIRS 8   /* to begin with: the bytearray grows for more (domain, server_id) pairs */
+#define SPAN_LOOSE 64
+#define SPAN_MAGIC 0x5350414eu
+
+enum { M_NONE, M_STANDALONE, M_TRANSACTION, M_MYSQL_GROUP, M_MYSQL_TRANSACTION };
+enum { K_NONE, K_MARIADB, K_MYSQL, K_ANONYMOUS };
+enum { T_QUERY = 2, T_INTVAR = 5, T_RAND = 13, T_USER_VAR = 14, T_FDE = 15, T_XID = 16, T_TABLE_MAP = 19,
+       T_MYSQL_GTID = 33, T_ANONYMOUS_GTID = 34, T_XA_PREPARE = 38, T_PAYLOAD = 40, T_TAGGED_GTID = 42,
+       T_ANNOTATE_ROWS = 160, T_GTID = 162 };
+
+typedef struct {
+    uint32_t domain, server;
+    uint64_t count, lo, hi, last, ordinal;
+} SpanPair;
+
+typedef struct {
+    uint32_t magic;
+    int32_t crc, broken, mode;
+    int64_t offset;
+    int32_t open_kind;
+    uint32_t open_domain, open_server, open_ts;
+    uint64_t open_seq;
+    int64_t open_at;
+    int64_t start, clean_end, last_event_at, last_commit_at, last_gtid_at;
+    uint64_t groups, anonymous, ordinal;
+    int32_t has_ts;
+    uint32_t first_ts, commit_lo, commit_hi, last_commit_ts;
+    int32_t npairs, capacity, nloose, barrier;
+    int64_t mysql_closed;
+    int64_t loose[SPAN_LOOSE];
+    SpanPair pairs[];  /* capacity of them */
+} SpanWalker;
+
+static void span_new(SpanWalker *w, int64_t start)
+{
+    w->start = w->clean_end = start;
+    w->last_event_at = -1;
+    w->last_commit_at = w->last_gtid_at = -1;
+    w->groups = w->anonymous = w->ordinal = 0;
+    w->has_ts = 0;
+    w->first_ts = w->commit_lo = w->commit_hi = w->last_commit_ts = 0;
+    w->npairs = w->nloose = w->barrier = 0;
+    w->mysql_closed = 0;
+}
+
+static SpanWalker *span_ctx(PyObject *ctx)
+{
+    SpanWalker *w = PyByteArray_Check(ctx) && PyByteArray_GET_SIZE(ctx) >= (Py_ssize_t)sizeof(SpanWalker)
+        ? (SpanWalker *)PyByteArray_AS_STRING(ctx) : NULL;
+    if (w == NULL || w->magic != SPAN_MAGIC
+            || PyByteArray_GET_SIZE(ctx) != (Py_ssize_t)(sizeof(SpanWalker) + w->capacity * sizeof(SpanPair))) {
+        PyErr_SetString(PyExc_TypeError, "not a span walker (span_walker())");
+        return NULL;
+    }
+    return w;
+}
+
+/* Room for one more pair: the bytearray grows (so the walker's address may change). */
+static SpanWalker *span_grow(PyObject *ctx)
+{
+    SpanWalker *w = (SpanWalker *)PyByteArray_AS_STRING(ctx);
+    int32_t capacity = w->capacity * 2;
+    if (PyByteArray_Resize(ctx, (Py_ssize_t)(sizeof(SpanWalker) + capacity * sizeof(SpanPair))) < 0)
+        return NULL;
+    w = (SpanWalker *)PyByteArray_AS_STRING(ctx);
+    w->capacity = capacity;
+    return w;
+}
+
+static int part_of_group(unsigned char t)
+{
+    return t == T_GTID || t == T_INTVAR || t == T_RAND || t == T_USER_VAR || t == T_TABLE_MAP || t == T_ANNOTATE_ROWS;
+}
+
+/* Query_log_event::peek_is_commit_rollback, as gtidstart.py reads it. */
+static int commits_or_rolls_back(const unsigned char *e, uint32_t len, int crc)
+{
+    int64_t end = (int64_t)len - (crc ? 4 : 0);
+    if (end >= 7 && memcmp(e + end - 7, "\0COMMIT", 7) == 0)
+        return 1;
+    return end >= 9 && memcmp(e + end - 9, "\0ROLLBACK", 9) == 0;
+}
+
+/* The first 12 bytes of a QUERY event's statement, upper-cased (spans.query_head). */
+static size_t query_head(const unsigned char *e, uint32_t len, char *head)
+{
+    if (len < EVENT_HEADER + 13)
+        return 0;
+    size_t start = EVENT_HEADER + 13 + (e[EVENT_HEADER + 11] | e[EVENT_HEADER + 12] << 8) + e[EVENT_HEADER + 8] + 1;
+    size_t n = 0;
+    for (; n < 12 && start + n < len; n++) {
+        unsigned char c = e[start + n];
+        head[n] = (char)(c >= 'a' && c <= 'z' ? c - 32 : c);
+    }
+    return n;
+}
+
+static int starts(const char *head, size_t n, const char *word)
+{
+    size_t k = strlen(word);
+    return n >= k && memcmp(head, word, k) == 0;
+}
+
+static int span_ends_group(SpanWalker *w, const unsigned char *e, uint32_t len)
+{
+    unsigned char t = e[4];
+    if (w->mode == M_TRANSACTION)
+        return t == T_XID || t == T_XA_PREPARE || (t == T_QUERY && commits_or_rolls_back(e, len, w->crc));
+    if (w->mode == M_STANDALONE)
+        return !part_of_group(t);
+    if (t == T_XID || t == T_XA_PREPARE || t == T_PAYLOAD)
+        return 1;
+    if (t != T_QUERY)
+        return 0;
+    char head[12];
+    size_t n = query_head(e, len, head);
+    if (w->mode == M_MYSQL_GROUP && (starts(head, n, "BEGIN") || starts(head, n, "XA START")
+                                      || starts(head, n, "XA BEGIN"))) {
+        w->mode = M_MYSQL_TRANSACTION;
+        return 0;
+    }
+    return w->mode == M_MYSQL_GROUP || ((starts(head, n, "COMMIT") || starts(head, n, "ROLLBACK")
+                                        || starts(head, n, "XA COMMIT") || starts(head, n, "XA ROLLBACK"))
+                                       && !starts(head, n, "ROLLBACK TO"));
+}
+
+/* The open group ends (at the event at ``at``); returns the walker (which may have moved), or NULL. */
+static SpanWalker *span_close(PyObject *ctx, SpanWalker *w, int64_t at, uint32_t len, uint32_t commit_ts,
+                              int unended, Py_ssize_t sunk)
+{
+    w->ordinal++;
+    if (w->open_kind == K_MARIADB) {
+        int i = 0;
+        while (i < w->npairs && !(w->pairs[i].domain == w->open_domain && w->pairs[i].server == w->open_server))
+            i++;
+        if (i == w->npairs) {
+            if (w->npairs == w->capacity && (w = span_grow(ctx)) == NULL)
+                return NULL;
+            SpanPair *p = &w->pairs[w->npairs++];
+            p->domain = w->open_domain;
+            p->server = w->open_server;
+            p->count = 0;
+            p->lo = p->hi = w->open_seq;
+        }
+        SpanPair *p = &w->pairs[i];
+        p->count++;
+        if (w->open_seq < p->lo)
+            p->lo = w->open_seq;
+        if (w->open_seq > p->hi)
+            p->hi = w->open_seq;
+        p->last = w->open_seq;
+        p->ordinal = w->ordinal;
+    } else if (w->open_kind == K_MYSQL) {
+        w->mysql_closed = sunk;
+    } else {
+        w->anonymous++;
+    }
+    w->groups++;
+    if (!w->has_ts) {
+        w->has_ts = 1;
+        w->first_ts = w->open_ts;
+        w->commit_lo = w->commit_hi = commit_ts;
+    } else {
+        if (commit_ts < w->commit_lo)
+            w->commit_lo = commit_ts;
+        if (commit_ts > w->commit_hi)
+            w->commit_hi = commit_ts;
+    }
+    w->last_commit_ts = commit_ts;
+    w->last_gtid_at = w->open_at;
+    w->mode = M_NONE;
+    w->open_kind = K_NONE;
+    if (!unended) {
+        w->last_commit_at = at;
+        w->clean_end = at + len;
+        w->last_event_at = at;
+    }
+    return w;
+}
+
+/* One event; returns the walker (which may have moved), or NULL with a Python error set. */
+static SpanWalker *span_event(PyObject *ctx, SpanWalker *w, const unsigned char *e, uint32_t len, int64_t at,
+                              PyObject *sink)
+{
+    unsigned char t = e[4];
+    if (t == T_GTID) {
+        if (len < EVENT_HEADER + 13) {
+            w->broken = 1;
+            return w;
+        }
+        if (w->open_kind != K_NONE && (w = span_close(ctx, w, w->open_at, 0, w->open_ts, 1, PyList_GET_SIZE(sink))) == NULL)
+            return NULL;
+        w->open_kind = K_MARIADB;
+        w->open_seq = (uint64_t)le32(e + EVENT_HEADER) | (uint64_t)le32(e + EVENT_HEADER + 4) << 32;
+        w->open_domain = le32(e + EVENT_HEADER + 8);
+        w->open_server = le32(e + 5);
+        w->open_ts = le32(e);
+        w->open_at = at;
+        w->mode = (e[EVENT_HEADER + 12] & 1) ? M_STANDALONE : M_TRANSACTION;
+    } else if (t == T_MYSQL_GTID || t == T_TAGGED_GTID || t == T_ANONYMOUS_GTID) {
+        if (w->open_kind != K_NONE && (w = span_close(ctx, w, w->open_at, 0, w->open_ts, 1, PyList_GET_SIZE(sink))) == NULL)
+            return NULL;
+        w->open_kind = t == T_ANONYMOUS_GTID ? K_ANONYMOUS : K_MYSQL;
+        w->open_ts = le32(e);
+        w->open_at = at;
+        if (w->open_kind == K_MYSQL) {
+            PyObject *copy = PyBytes_FromStringAndSize((const char *)e, len);
+            if (copy == NULL || PyList_Append(sink, copy) < 0) {
+                Py_XDECREF(copy);
+                return NULL;
+            }
+            Py_DECREF(copy);
+        }
+        w->mode = M_MYSQL_GROUP;
+    } else if (w->mode == M_NONE) {
+        if (t == T_FDE)
+            w->crc = len >= EVENT_HEADER + 57 + 5 && e[len - 5] == 1;
+        if (w->nloose < SPAN_LOOSE)
+            w->loose[w->nloose++] = at;
+        else
+            w->barrier = 1;
+        w->clean_end = at + len;
+        w->last_event_at = at;
+    } else if (span_ends_group(w, e, len)) {
+        return span_close(ctx, w, at, len, le32(e), 0, PyList_GET_SIZE(sink));
+    }
+    return w;
+}
+
+/* The whole events at the start of buf[:size], or (interval > 0) up to the first clean point
+   interval bytes or more past the span's start; returns the bytes used, or -1 on error. */
+static Py_ssize_t span_events(PyObject *ctx, const unsigned char *buf, Py_ssize_t size, PyObject *sink,
+                              long long interval)
+{
+    SpanWalker *w = (SpanWalker *)PyByteArray_AS_STRING(ctx);
+    Py_ssize_t pos = 0;
+    while (!w->broken && size - pos >= EVENT_HEADER) {
+        uint32_t len = le32(buf + pos + 9);
+        if (len < EVENT_HEADER || len > (uint64_t)(size - pos))
+            break;
+        if ((w = span_event(ctx, w, buf + pos, len, w->offset, sink)) == NULL)
+            return -1;
+        w->offset += len;
+        pos += len;
+        if (interval > 0 && w->clean_end == w->offset && w->clean_end - w->start >= interval)
+            break;
+    }
+    return pos;
+}
+
+static PyObject *span_walker_new(PyObject *module, PyObject *unused)
+{
+    (void)module;
+    (void)unused;
+    Py_ssize_t size = (Py_ssize_t)(sizeof(SpanWalker) + SPAN_PAIRS * sizeof(SpanPair));
+    PyObject *ctx = PyByteArray_FromStringAndSize(NULL, size);
+    if (ctx == NULL)
+        return NULL;
+    SpanWalker *w = (SpanWalker *)PyByteArray_AS_STRING(ctx);
+    memset(w, 0, size);
+    w->magic = SPAN_MAGIC;
+    w->capacity = SPAN_PAIRS;
+    w->offset = 4;
+    span_new(w, 4);
+    return ctx;
+}
+
+static PyObject *span_reset(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("span_reset", 3, nargs))
+        return NULL;
+    SpanWalker *w = span_ctx(args[0]);
+    long long offset = PyLong_AsLongLong(args[1]);
+    int crc = PyObject_IsTrue(args[2]);
+    if (w == NULL || PyErr_Occurred() || crc < 0)
+        return NULL;
+    w->offset = offset;
+    w->crc = crc;
+    w->broken = 0;
+    w->mode = M_NONE;
+    w->open_kind = K_NONE;
+    span_new(w, offset);
+    Py_RETURN_NONE;
+}
+
+static PyObject *span_position(PyObject *module, PyObject *ctx)
+{
+    (void)module;
+    SpanWalker *w = span_ctx(ctx);
+    if (w == NULL)
+        return NULL;
+    return Py_BuildValue("(LLLi)", (long long)w->offset, (long long)w->clean_end, (long long)w->start, w->broken);
+}
+
+/* A chunk's bytes without acquiring a buffer where the type allows (ingest passes many). */
+static int chunk_bytes(PyObject *chunk, const unsigned char **data, Py_ssize_t *size, Py_buffer *view, int *held)
+{
+    *held = 0;
+    if (PyBytes_Check(chunk)) {
+        *data = (const unsigned char *)PyBytes_AS_STRING(chunk);
+        *size = PyBytes_GET_SIZE(chunk);
+        return 0;
+    }
+    if (PyMemoryView_Check(chunk) && PyBuffer_IsContiguous(PyMemoryView_GET_BUFFER(chunk), 'C')) {
+        Py_buffer *b = PyMemoryView_GET_BUFFER(chunk);
+        *data = b->buf;
+        *size = b->len;
+        return 0;
+    }
+    if (PyObject_GetBuffer(chunk, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    *held = 1;
+    *data = view->buf;
+    *size = view->len;
+    return 0;
+}
+
+static PyObject *span_walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("span_walk", 4, nargs))
+        return NULL;
+    SpanWalker *w = span_ctx(args[0]);
+    long long offset = PyLong_AsLongLong(args[2]);
+    if (w == NULL || PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "span_walk(): sink must be a list");
+        return NULL;
+    }
+    if (offset != w->offset) {
+        PyErr_Format(PyExc_ValueError, "the walk is at %lld, not %lld", (long long)w->offset, offset);
+        return NULL;
+    }
+    PyObject *chunks = PySequence_Fast(args[1], "span_walk(): chunks must be a sequence");
+    if (chunks == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(chunks);
+    PyObject **items = PySequence_Fast_ITEMS(chunks);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *data;
+        Py_ssize_t size;
+        Py_buffer view;
+        int held;
+        if (chunk_bytes(items[i], &data, &size, &view, &held) < 0) {
+            Py_DECREF(chunks);
+            return NULL;
+        }
+        Py_ssize_t used = span_events(args[0], data, size, args[3], 0);
+        if (held)
+            PyBuffer_Release(&view);
+        if (used < 0) {
+            Py_DECREF(chunks);
+            return NULL;
+        }
+        if (used != size)  /* ingest's chunks are whole events: anything else is not a binlog */
+            ((SpanWalker *)PyByteArray_AS_STRING(args[0]))->broken = 1;
+    }
+    Py_DECREF(chunks);
+    Py_RETURN_NONE;
+}
+
+static PyObject *span_walk_block(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("span_walk_block", 5, nargs))
+        return NULL;
+    SpanWalker *w = span_ctx(args[0]);
+    Py_ssize_t size = PyLong_AsSsize_t(args[2]);
+    long long interval = PyLong_AsLongLong(args[4]);
+    if (w == NULL || PyErr_Occurred())
+        return NULL;
+    if (!PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "span_walk_block(): sink must be a list");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (size > view.len || size < 0)
+        size = view.len;
+    Py_ssize_t used = span_events(args[0], view.buf, size, args[3], interval);
+    PyBuffer_Release(&view);
+    return used < 0 ? NULL : PyLong_FromSsize_t(used);
+}
+
+static PyObject *optional_offset(int64_t value)
+{
+    if (value < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(value);
+}
+
+static PyObject *optional_ts(int has, uint32_t value)
+{
+    if (!has)
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLong(value);
+}
+
+static PyObject *span_take(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("span_take", 2, nargs))
+        return NULL;
+    SpanWalker *w = span_ctx(args[0]);
+    int reset = PyObject_IsTrue(args[1]);
+    if (w == NULL || reset < 0)
+        return NULL;
+    PyObject *pairs = PyTuple_New(w->npairs), *loose = PyTuple_New(w->nloose), *result = NULL;
+    if (pairs == NULL || loose == NULL)
+        goto done;
+    for (int i = 0; i < w->npairs; i++) {
+        SpanPair *p = &w->pairs[i];
+        PyObject *pair = Py_BuildValue("(kkKKKKK)", (unsigned long)p->domain, (unsigned long)p->server,
+                                       (unsigned long long)p->count, (unsigned long long)p->lo,
+                                       (unsigned long long)p->hi, (unsigned long long)p->last,
+                                       (unsigned long long)p->ordinal);
+        if (pair == NULL)
+            goto done;
+        PyTuple_SET_ITEM(pairs, i, pair);
+    }
+    for (int i = 0; i < w->nloose; i++) {
+        PyObject *at = PyLong_FromLongLong(w->loose[i]);
+        if (at == NULL)
+            goto done;
+        PyTuple_SET_ITEM(loose, i, at);
+    }
+    result = Py_BuildValue("(LLLKKNNNNNNOOiL)", (long long)w->start, (long long)w->clean_end,
+                           (long long)w->last_event_at, (unsigned long long)w->groups,
+                           (unsigned long long)w->anonymous, optional_ts(w->has_ts, w->first_ts),
+                           optional_ts(w->has_ts, w->commit_lo), optional_ts(w->has_ts, w->commit_hi),
+                           optional_ts(w->has_ts, w->last_commit_ts), optional_offset(w->last_commit_at),
+                           optional_offset(w->last_gtid_at), pairs, loose, w->barrier,
+                           (long long)w->mysql_closed);
+    if (result != NULL && reset) {
+        int32_t mode = w->mode, kind = w->open_kind;
+        span_new(w, w->clean_end);
+        w->mode = mode;
+        w->open_kind = kind;
+    }
+done:
+    Py_XDECREF(pairs);
+    Py_XDECREF(loose);
+    return result;
+}
+
 static PyMethodDef scan_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
@@ -434,6 +895,13 @@ static PyMethodDef scan_methods[] = {
      "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL,
      "crc32(data, value=0) -> int, the same value as zlib.crc32(data, value)"},
+    {"span_walker", (PyCFunction)span_walker_new, METH_NOARGS, "span_walker() -> a new span walker (bytearray)"},
+    {"span_reset", (PyCFunction)(void (*)(void))span_reset, METH_FASTCALL, "span_reset(ctx, offset, crc)"},
+    {"span_position", (PyCFunction)span_position, METH_O, "span_position(ctx) -> (offset, clean_end, start, broken)"},
+    {"span_walk", (PyCFunction)(void (*)(void))span_walk, METH_FASTCALL, "span_walk(ctx, chunks, offset, sink)"},
+    {"span_walk_block", (PyCFunction)(void (*)(void))span_walk_block, METH_FASTCALL,
+     "span_walk_block(ctx, block, size, sink, interval) -> bytes of whole events walked"},
+    {"span_take", (PyCFunction)(void (*)(void))span_take, METH_FASTCALL, "span_take(ctx, reset) -> the span's fields"},
     {NULL, NULL, 0, NULL},
 };
 

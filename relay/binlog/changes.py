@@ -212,11 +212,13 @@ class _Group:
     """The open transaction: its envelope, and its events (in memory, or a span of the file)."""
 
     __slots__ = ("gtid", "txn_pos", "server_id", "skip", "mem", "mem_bytes", "span", "holes",
-                 "savepoints", "state")
+                 "savepoints", "state", "first_ts")
 
-    def __init__(self, gtid: str | None, txn_pos: int, server_id: int, skip: bool, state: int) -> None:
+    def __init__(self, gtid: str | None, txn_pos: int, server_id: int, skip: bool, state: int,
+                 first_ts: int) -> None:
         self.gtid = gtid
         self.txn_pos = txn_pos
+        self.first_ts = first_ts  # header time of the event at txn_pos (the transactions view)
         self.server_id = server_id
         self.skip = skip
         self.mem: list[tuple[int, Any]] = []  # (offset, event), events as given (bytes or memoryview)
@@ -276,7 +278,11 @@ class ChangeDecoder:
         self.flavor = "mariadb"
         self._state = _OUTSIDE
         self._group: _Group | None = None
-        self._pending: tuple[str | None, int, bool] | None = None  # GTID seen, group not yet buffered
+        # GTID seen, group not yet buffered: (gtid, offset, skip, header time of the GTID event)
+        self._pending: tuple[str | None, int, bool, int] | None = None
+        # While the events of a TRANSACTION_PAYLOAD are fed: where the payload event ends, which
+        # is where a group committed inside it ends in the file.
+        self._payload_end: int | None = None
         self.reread_groups = 0  # how many groups outgrew memory and were read again (tests, metrics)
 
     # ------------------------------------------------------------------ events in
@@ -313,20 +319,20 @@ class ChangeDecoder:
             gtid = f"{domain}-{server_id}-{seq_no}"
             if flags2 & ev.FL_STANDALONE:
                 self._state = _STANDALONE
-                self._pending = (gtid, offset, skip)
+                self._pending = (gtid, offset, skip, _header_time(event))
             else:
                 self._state = _IN_TRANSACTION
-                self._group = _Group(gtid, offset, server_id, skip, _IN_TRANSACTION)
+                self._group = _Group(gtid, offset, server_id, skip, _IN_TRANSACTION, _header_time(event))
             return NO_CHANGES
         if etype in _MYSQL_GTIDS:
             self._drop_group()
             self._state = _AFTER_MYSQL_GTID
-            self._pending = (_mysql_gtid(event, etype), offset, False)
+            self._pending = (_mysql_gtid(event, etype), offset, False, _header_time(event))
             return NO_CHANGES
         if etype == ev.QUERY_EVENT or etype == ev.QUERY_COMPRESSED_EVENT:
             return self._on_query(offset, event, etype)
         if etype == ev.XID_EVENT or etype == ev.XA_PREPARE_LOG_EVENT:
-            return self._commit(event)
+            return self._commit(offset, event)
         if etype == ev.INCIDENT_EVENT:
             self._drop_group()
             self._state = _OUTSIDE
@@ -343,12 +349,13 @@ class ChangeDecoder:
                 group = self._group = _Group(pending[0] if pending else None,
                                              pending[1] if pending else offset,
                                              int.from_bytes(event[5:9], "little"),
-                                             bool(pending and pending[2]), _LOOSE)
+                                             bool(pending and pending[2]), _LOOSE,
+                                             pending[3] if pending else _header_time(event))
                 self._state = _LOOSE
             if not group.skip:
                 self._buffer(group, offset, event)
             if group.state == _LOOSE and etype in ROWS_EVENT_TYPES and _stmt_end(event, self):
-                return self._commit(event)
+                return self._commit(offset, event)
             return NO_CHANGES
         return NO_CHANGES  # unknown or irrelevant event types
 
@@ -360,12 +367,14 @@ class ChangeDecoder:
         # The inner events carry no CRC32; the whole transaction is in memory already and a
         # span of the file could not give its events back, so it is never let go of.
         self.crc, self.segment_bytes = 0, 1 << 62
+        self._payload_end = offset + len(event)
         out: list[Change] = []
         try:
             for inner_event in inner:
                 out.extend(self.feed(offset, inner_event))  # consumed while crc is 0
         finally:
             self.crc, self.segment_bytes = crc, segment_bytes
+            self._payload_end = None
         if self.inside_group:
             raise ChangeDecodeError(f"{self.file}:{offset}: the compressed transaction does not end with its "
                                     "commit (XID or COMMIT)")
@@ -377,7 +386,7 @@ class ChangeDecoder:
         group = self._group
         if group is not None and group.state == _IN_TRANSACTION:
             if kind == "commit" or kind == "xa_end_group":
-                return self._commit(event)
+                return self._commit(offset, event)
             if kind == "rollback":
                 self._drop_group()
                 self._state = _OUTSIDE
@@ -406,7 +415,7 @@ class ChangeDecoder:
             self._drop_group()
             self._group = _Group(pending[0] if pending else None, pending[1] if pending else offset,
                                  int.from_bytes(event[5:9], "little"), bool(pending and pending[2]),
-                                 _IN_TRANSACTION)
+                                 _IN_TRANSACTION, pending[3] if pending else _header_time(event))
             self._state = _IN_TRANSACTION
             return NO_CHANGES
         # Anything else outside a transaction is a group of its own: DDL or a lone statement.
@@ -415,20 +424,26 @@ class ChangeDecoder:
         loose = self._group
         self._group = None
         self._state = _OUTSIDE
-        out: list[Change] = []
+        out: list[Any] = []
         if loose is not None and loose.state == _LOOSE:
-            out.extend(self._replay(loose, event))  # unterminated loose rows: commit with the query
+            # unterminated loose rows: commit with the query (they end where it starts)
+            out.extend(self._replay(loose, offset, event))
         if kind in ("commit", "rollback", "xa_end_group", "savepoint", "rollback_to", "release", "ignore"):
             return iter(out)  # e.g. a lone COMMIT after non-transactional rows, or XA COMMIT 'x'
         skip = bool(pending and pending[2])
         if self.with_ddl and not skip:
             database = q.database or None
             if not self.tables or self.tables.wants_statement(database, q.query):
-                out.append(Change(self.file, offset, pending[0] if pending else None,
-                                  int.from_bytes(event[0:4], "little"), int.from_bytes(event[5:9], "little"),
-                                  database, None, "ddl", 0, None, None, q.query,
-                                  pending[1] if pending else offset))
+                out.append(self._standalone(pending, offset, event, database, q.query))
         return iter(out)
+
+    def _standalone(self, pending: tuple[str | None, int, bool, int] | None, offset: int,
+                    event: bytes | memoryview, database: str | None, query: str) -> Any:
+        """What a standalone statement (DDL) group, the query event at offset, comes out as:
+        one change row with op "ddl" (TransactionDecoder makes it a transaction)."""
+        return Change(self.file, offset, pending[0] if pending else None, _header_time(event),
+                      int.from_bytes(event[5:9], "little"), database, None, "ddl", 0, None, None, query,
+                      pending[1] if pending else offset)
 
     def _query(self, event: bytes | memoryview, etype: int) -> ev.QueryEvent:
         phl = self.post_header_len[ev.QUERY_EVENT - 1] if self.post_header_len else ev.QUERY_POST_HEADER_LEN
@@ -463,7 +478,7 @@ class ChangeDecoder:
         self._group = None
         self._pending = None
 
-    def _commit(self, event: bytes | memoryview) -> Iterator[Change]:
+    def _commit(self, offset: int, event: bytes | memoryview) -> Iterator[Change]:
         group = self._group
         self._group = None
         self._pending = None
@@ -472,11 +487,18 @@ class ChangeDecoder:
             return NO_CHANGES
         if group.skip:
             return NO_CHANGES
-        return self._replay(group, event)
+        return self._replay(group, self._end_of(offset, event), event)
+
+    def _end_of(self, offset: int, event: bytes | memoryview) -> int:
+        """Where the event fed at offset ends in the file: a compressed transaction's events
+        are all fed at the payload event's offset, and end with it."""
+        return self._payload_end if self._payload_end is not None else offset + len(event)
 
     # ------------------------------------------------------------------ decoding a committed group
 
-    def _replay(self, group: _Group, commit_event: bytes | memoryview) -> Iterator[Change]:
+    def _replay(self, group: _Group, end: int, commit_event: bytes | memoryview) -> Iterator[Change]:
+        """The group's changes, decoded now that it committed with commit_event, which ends at
+        end in the file (this view has no use for end; TransactionDecoder's has)."""
         # Changes come in one list per event, flattened by chain (in C): a generator
         # resumed per change would cost about as much as decoding a small row.
         commit_ts = int.from_bytes(commit_event[0:4], "little")
@@ -632,6 +654,11 @@ def _rollback_to(group: _Group, name: str, offset: int) -> None:
     while group.holes and group.holes[-1][0] >= at:
         group.holes.pop()
     group.holes.append((at, offset))
+
+
+def _header_time(event: bytes | memoryview) -> int:
+    """The event header's timestamp (epoch seconds)."""
+    return int.from_bytes(event[0:4], "little")
 
 
 def _mysql_gtid(event: bytes | memoryview, etype: int) -> str | None:

@@ -181,8 +181,13 @@ class OutboundStream:
                 raise DumpRefused(str(exc)) from None
         return event
 
-    def _count(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+    def _count(self, reason: str, groups: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + groups
+
+    def count_skipped(self, groups: int) -> None:
+        """Groups of a GTID dump's start passed over without reading them one by one."""
+        if groups:
+            self._count(SKIP_ALREADY_APPLIED, groups)
 
     def heartbeat(self, position: int | None = None) -> bytes:
         """A heartbeat saying where the client's next event would start (default: the position

@@ -15,14 +15,15 @@ import trio
 
 from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.groups import GroupTracker
-from ..binlog.gtidstart import GtidStart
+from ..binlog.gtidstart import GtidStart, SeekPlan
+from ..binlog.spans import excluded_until, span_holding
 from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
 from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog import events as ev
 from ..binlog.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
 from ..protocol import server as proto
 from ..storage.reader import Available, FileStart, StoredFileDamaged, TailReader
-from ..storage.scan import BLOCK_SIZE
+from ..storage.scan import BLOCK_SIZE, count_gtid_events
 from .registry import DumpState
 from ..errors import Refusal
 
@@ -207,10 +208,17 @@ class Dump:
     async def _send_run(self, reader: TailReader, outbound: OutboundStream, end: int) -> None:
         if outbound.fast_path_allowed() and not self.conn.semi_sync and await self._send_block(reader, outbound, end):
             return
+        if outbound.gtid_start is not None and await self._pass_applied_groups(reader, outbound, end):
+            return
+        if outbound.excluded is not None and await self._pass_excluded_groups(reader, outbound, end):
+            return
         start = reader.position
         # the same share of memory as the fast path's block (an event larger than that is read whole)
         events = reader.read_events(end, serve_block_size(len(self.context.registry.all_dumps)))
-        to_send = outbound.filter(events, start + sum(map(len, events)))
+        await self._send_filtered(outbound.filter(events, start + sum(map(len, events))))
+        self.state.position = reader.position
+
+    async def _send_filtered(self, to_send: list[memoryview | bytes]) -> None:
         if to_send:
             if self.wants_acks:
                 wanted = [self._groups.ends_group(event[4], event) for event in to_send]
@@ -221,10 +229,71 @@ class Dump:
             self._account(len(to_send), sum(map(len, to_send)), int.from_bytes(to_send[-1][0:4], "little"))
             await self.flush()
         else:
-            # Nothing to send (a GTID start skipping what the replica has): the walk to the start
-            # can take a second per 70 MB, and every other client and ingest must not wait for it.
+            # Nothing to send (a GTID start skipping what the replica has): every other client
+            # and ingest must not wait for a walk to the start.
             await trio.lowlevel.checkpoint()
-        self.state.position = reader.position
+
+    async def _pass_applied_groups(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
+        """A MariaDB GTID dump before its start in every domain: jump over the spans of the index
+        whose groups the replica has (sending their loose events), else pass over such groups
+        by their headers; False when the event at the position needs the general path."""
+        gtid_start = outbound.gtid_start
+        assert gtid_start is not None
+        plan = gtid_start.seek(reader.position, self.context.relay_log.history.indexed_spans(reader.file))
+        if plan is not None and plan.target <= end:
+            await self._jump(reader, outbound, gtid_start, plan)
+            return True
+        size = serve_block_size(len(self.context.registry.all_dumps))
+        block = reader.mapped_block(end, size)
+        if block is None:
+            self._block_size = size
+            buffer = self._buffer()
+            block = buffer[: reader.read_block(buffer, end)]
+        with block:
+            used, skipped = gtid_start.skip_block(block, len(block), reader.checksummed)
+        if not used:
+            return False
+        reader.advance(reader.position + used)
+        outbound.position = self.state.position = reader.position
+        outbound.count_skipped(skipped)
+        self._passed("walked", used)
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def _pass_excluded_groups(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
+        """A MySQL GTID dump: jump over the spans of the index whose groups the replica has; a
+        heartbeat moves its position past them, as after groups left out one by one."""
+        excluded = outbound.excluded
+        assert excluded is not None
+        spans = self.context.relay_log.history.indexed_spans(reader.file)
+        target = excluded_until(excluded.replica_has, reader.position, spans)
+        if target is None or target > end:
+            return False
+        jumped = spans[span_holding(reader.position, spans):]  # type: ignore[misc]
+        already = count_gtid_events(reader.relay_log.path(reader.file), jumped[0].start, reader.position)
+        outbound.count_skipped(sum(span.groups for span in jumped if span.end <= target) - already)
+        self._passed("index", target - reader.position)
+        excluded.excluding = True
+        reader.advance(target)
+        outbound.position = self.state.position = target
+        await self._send_filtered([outbound.heartbeat(target)])
+        return True
+
+    async def _jump(self, reader: TailReader, outbound: OutboundStream, gtid_start: GtidStart, plan: SeekPlan) -> None:
+        """Follow ``plan``: its loose events go out as the walk would send them, then the dump
+        continues at its target with the state the walk would have left."""
+        already = count_gtid_events(reader.relay_log.path(reader.file), plan.spans[0].start, plan.position)
+        gtid_start.before_loose_events()
+        for at in plan.loose:
+            reader.advance(at)
+            events = reader.read_events(at + reader.event_length_at(at))
+            await self._send_filtered(outbound.filter(events, reader.position))
+        gtid_start.jumped(plan)
+        outbound.count_skipped(sum(span.groups for span in plan.spans) - already)
+        self._passed("index", plan.target - plan.position)
+        reader.advance(plan.target)
+        outbound.position = self.state.position = reader.position
+        await trio.lowlevel.checkpoint()
 
     async def _send_block(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
         """Read a block into the dump's own buffer and frame it in one pass; False if the event
@@ -288,6 +357,10 @@ class Dump:
         self.state.position = reader.position
         return True
 
+    def _passed(self, how: str, size: int) -> None:
+        passed = self.context.registry.gtid_start_passed
+        passed[how] = passed.get(how, 0) + size
+
     def _buffer(self) -> memoryview:
         """The dump's read buffer, of the current block size (a mapped file needs none)."""
         if self._block is None or len(self._block) != self._block_size:
@@ -345,8 +418,6 @@ async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection
     try:
         if request.server_id == context.relay_server_id:
             raise DumpError(same_id_message(request.server_id))
-        if request.variables.get("slave_connect_state") is not None:
-            await context.gtid_index.catch_up()  # plan() then reads little in the event loop
         reader, start = dump.plan()
         conn.semi_sync = request.semi_sync
         registry.start_dump(state)

@@ -42,6 +42,7 @@ class Registry:
         self.events_sent = 0
         self.bytes_sent = 0
         self.groups_filtered: dict[str, int] = {}
+        self.gtid_start_passed: dict[str, int] = {}  # bytes GTID dumps passed before their start, by how
         self.auth_failures = 0
         self.protocol_errors: dict[str, int] = {}
         self._ack_event = trio.Event()

@@ -124,8 +124,6 @@ class _Session:
             if isinstance(event, proto_events.Quit):
                 return
             if isinstance(event, proto_events.Query):
-                if "gtid" in event.sql.lower():  # read from the stored files: mostly before the answer
-                    await self.context.gtid_index.catch_up()
                 self._answer(event.sql)
             elif isinstance(event, (proto_events.Ping, proto_events.InitDB)):
                 self.conn.send_ok()

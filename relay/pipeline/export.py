@@ -1,6 +1,7 @@
 """``binlog-relay export``: a relay data_dir to change-data files (Parquet, JSON or CSV) with Spark.
 
 Locally:         binlog-relay export --data-dir /var/lib/binlog-relay --out /tmp/changes
+Transactions:    binlog-relay export --view transactions --data-dir /var/lib/binlog-relay --out /tmp/txns
 On a cluster:    spark-submit --master spark://host:7077 --py-files relay.zip \\
                      relay/pipeline/export.py --data-dir /mnt/relay-data --out /mnt/changes
 
@@ -21,11 +22,41 @@ from typing import Any, TextIO
 
 FORMATS = ("parquet", "json", "csv")
 MODES = ("error", "overwrite", "append", "ignore")
+VIEWS = ("changes", "transactions")  # relay.pipeline.source.VIEWS (not imported: it needs pyspark)
+
+VIEWS_HELP = """\
+views (--view):
+  changes       one row per changed table row, per DDL and per statement-based DML statement:
+                file, pos, gtid, txn_pos, commit_ts, server_id, database, table, op
+                (insert|update|delete|ddl|statement), seq, before, after (JSON), query
+  transactions  one row per committed transaction (none that ended in ROLLBACK):
+                gtid            string     D-S-N (MariaDB) or uuid:n (MySQL); null without GTIDs
+                server_id       long       the server that wrote it
+                file            string     the stored binlog file
+                pos, end_pos    long       offset of its first event (GTID/BEGIN), offset after its
+                                           commit event (XID/COMMIT/the DDL)
+                first_ts        timestamp  header time of its first event (seconds, UTC)
+                commit_ts       timestamp  header time of its commit event (seconds, UTC)
+                size            long       end_pos - pos: its bytes in the binlog
+                changes         array<struct<database: string, table: string, inserts: long,
+                                updates: long, deletes: long>>: rows changed per table, in the
+                                order the tables first appear; empty for DDL
+                statements      long       statement-based DML statements (not in changes)
+                --tables keeps the transactions with a change in those tables (or a DDL naming
+                them), their changes holding those tables only; --no-ddl leaves out DDL
+                transactions; with --format csv, changes is written as a JSON string.
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # the views' columns after the options in --help, laid out as written
+    parser.epilog = VIEWS_HELP
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--data-dir", required=True, help="the relay's data_dir (binlog.index and the binlog files)")
     parser.add_argument("--out", required=True, help="output directory (local path, hdfs://, s3a://...)")
+    parser.add_argument("--view", choices=VIEWS, default="changes",
+                        help="changes: one row per changed table row (default); transactions: one row per "
+                             "committed transaction with its row counts per table (columns below)")
     parser.add_argument("--format", choices=FORMATS, default="parquet", help="output format (default parquet)")
     parser.add_argument("--master", default=None,
                         help="Spark master: local[*] (default), local[N], spark://host:7077, yarn, k8s://...")
@@ -35,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=MODES, default="error",
                         help="when --out exists: error (default), overwrite, append, ignore")
     parser.add_argument("--split-bytes", default=None, help="partition size for large files (default 64m)")
-    parser.add_argument("--no-ddl", action="store_true", help="leave out DDL rows")
+    parser.add_argument("--no-ddl", action="store_true", help="leave out DDL rows (DDL transactions)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
 
@@ -135,12 +166,12 @@ def spark_session(master: str | None, app_name: str = "binlog-relay export") -> 
 def run_export(spark: Any, data_dir: str, out: str, fmt: str = "parquet", *, since: str | None = None,
                until: str | None = None, tables: str | None = None, mode: str = "error",
                split_bytes: str | None = None, ddl: bool = True, progress: bool = True,
-               progress_out: TextIO = sys.stderr) -> dict[str, Any]:
-    """Export the changes of ``data_dir`` to ``out``; returns a summary."""
+               progress_out: TextIO = sys.stderr, view: str = "changes") -> dict[str, Any]:
+    """Export the changes (or transactions: view) of ``data_dir`` to ``out``; returns a summary."""
     from relay.pipeline import plan as pl
     from relay.pipeline.source import BinlogDataSource, Options
 
-    options = {"path": os.path.abspath(data_dir) if "://" not in data_dir else data_dir}
+    options = {"path": os.path.abspath(data_dir) if "://" not in data_dir else data_dir, "view": view}
     for key, value in (("since", since), ("until", until), ("tables", tables), ("splitBytes", split_bytes)):
         if value:
             options[key] = value
@@ -151,6 +182,10 @@ def run_export(spark: Any, data_dir: str, out: str, fmt: str = "parquet", *, sin
     files = len({r.name for r in the_plan.ranges})
     spark.dataSource.register(BinlogDataSource)
     df = spark.read.format("binlog").options(**options).load()
+    if fmt == "csv" and parsed.view == "transactions":
+        from pyspark.sql import functions as F
+
+        df = df.withColumn("changes", F.to_json("changes"))  # CSV has no arrays or structs
     writer = df.write.format(fmt).mode(mode)
     if fmt == "csv":
         writer = writer.option("header", "true")
@@ -162,7 +197,7 @@ def run_export(spark: Any, data_dir: str, out: str, fmt: str = "parquet", *, sin
     else:
         writer.save(out)
     seconds = time.monotonic() - started
-    return {"out": out, "format": fmt, "files": files, "partitions": len(the_plan.ranges),
+    return {"out": out, "format": fmt, "view": parsed.view, "files": files, "partitions": len(the_plan.ranges),
             "binlog_bytes": the_plan.total_bytes, "seconds": seconds}
 
 
@@ -197,13 +232,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         summary = run_export(spark, args.data_dir, args.out, args.format, since=args.since, until=args.until,
                              tables=args.tables, mode=args.mode, split_bytes=args.split_bytes,
-                             ddl=not args.no_ddl, progress=not args.no_progress)
+                             ddl=not args.no_ddl, progress=not args.no_progress, view=args.view)
     except PlanError as exc:
         print(f"binlog-relay export: {exc}", file=sys.stderr)
         return 2
     finally:
         spark.stop()
-    print(f"exported {summary['files']} file(s), {summary['binlog_bytes'] / (1 << 20):,.1f} MiB of binlog "
+    print(f"exported the {summary['view']} of {summary['files']} file(s), "
+          f"{summary['binlog_bytes'] / (1 << 20):,.1f} MiB of binlog "
           f"in {summary['partitions']} partition(s) to {summary['out']} ({summary['format']}) "
           f"in {summary['seconds']:.1f} s", file=sys.stderr)
     return 0

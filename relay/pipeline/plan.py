@@ -16,13 +16,16 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from ..binlog import events as ev
 from ..binlog.changes import GtidRange
 from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.groups import GroupTracker
 from ..errors import FatalError
+from ..binlog.spans import Span
 from ..storage.files import DataDirError
+from ..storage.history import HistoryIndex
 from ..storage.index import read_index, valid_binlog_name
 from ..storage.scan import iter_events
 from ..storage.state import read_state
@@ -183,20 +186,6 @@ def file_end(data_dir: Path, name: str, last: bool, tail: TailScanner | None = N
     return (tail or TailScanner(data_dir)).readable_end(name)
 
 
-def gtid_list_state(path: str) -> dict[int, int] | None:
-    """The file's GTID_LIST (domain -> seq_no of the last GTID before the file), if any."""
-    try:
-        with open(path, "rb") as stream:
-            for _, event in iter_events(stream, 4, 4 + (1 << 20), block_size=1 << 16):
-                if event[4] == ev.GTID_LIST_EVENT:
-                    return {g.domain_id: g.seq_no for g in ev.parse_gtid_list(event)}
-                if event[4] not in (ev.FORMAT_DESCRIPTION_EVENT, ev.START_ENCRYPTION_EVENT):
-                    return None
-    except OSError:
-        return None
-    return None
-
-
 # --------------------------------------------------------------------------- splitting
 
 
@@ -260,20 +249,22 @@ def plan_ranges(data_dir: str | os.PathLike[str], since: Bound | None = None, un
         last = _index_of(files, until.file_pos.file, "until")
         stop_pos = until.file_pos.pos
     ranges: list[FileRange] = []
-    states = _gtid_states(root, files, first, last) if gtids else None
+    ends = {name: file_end(root, name, i == len(files) - 1, tail) for i, name in enumerate(files[first : last + 1],
+                                                                                          first)}
+    history = HistoryIndex(root, lambda: files, ends.__getitem__, writable=False) if gtids else None
     for i in range(first, last + 1):
         name = files[i]
         path = str(root / name)
-        newest = i == len(files) - 1
-        end = file_end(root, name, newest, tail)
+        end = ends[name]
         start = 4
         if i == first and start_pos is not None:
             start = snap_up(path, end, start_pos)
         if i == last and stop_pos is not None:
             end = min(end, snap_down(path, end, stop_pos) if stop_pos < end else end)
-        if states is not None and _no_wanted_gtids(gtids, states[i - first], states[i - first + 1]):
-            continue
-        ranges.extend(split_range(path, name, start, end, split_bytes))
+        if history is not None:
+            start, end = _wanted_stretch(gtids, path, history.spans(name), start, end)
+        if start < end:
+            ranges.extend(split_range(path, name, start, end, split_bytes))
     return Plan(ranges, gtids, files)
 
 
@@ -285,28 +276,40 @@ def _index_of(files: list[str], name: str, what: str) -> int:
                         f"({files[0]} ... {files[-1]})") from None
 
 
-def _gtid_states(root: Path, files: list[str], first: int, last: int) -> list[dict[int, int] | None]:
-    """GTID_LIST of each file in [first, last], and of the file after last (None: unknown)."""
-    out = [gtid_list_state(str(root / files[i])) for i in range(first, last + 1)]
-    out.append(gtid_list_state(str(root / files[last + 1])) if last + 1 < len(files) else None)
-    return out
+def _wanted_stretch(gtids: GtidRange, path: str, spans: list[Span], start: int, end: int) -> tuple[int, int]:
+    """[start, end) without the spans of the index at either end that hold no wanted group (the
+    GTID bounds are read from the index, not by decoding the file)."""
+    with open(path, "rb") as stored:
+        unwanted = [not _may_hold_wanted(gtids, span, stored) for span in spans]
+    for span, skip in zip(spans, unwanted):
+        if not skip or span.end > end:
+            break
+        start = max(start, span.end)
+    for span, skip in zip(reversed(spans), reversed(unwanted)):
+        if not skip or span.start < start:
+            break
+        end = min(end, span.start)
+    return start, max(start, end)
 
 
-def _no_wanted_gtids(gtids: GtidRange, before: dict[int, int] | None, after: dict[int, int] | None) -> bool:
-    """True when a file surely holds no wanted group: the GTID_LISTs before and after it show
-    that every domain it wrote to is entirely outside the range."""
-    if before is None or after is None:
-        return False
-    for domain, last_seq in after.items():
-        first_seq = before.get(domain)
-        if first_seq == last_seq:
-            continue  # nothing of this domain in the file
-        low, high = gtids.since.get(domain), gtids.until.get(domain)
-        above_low = low is None or last_seq > low
-        below_high = high is None or (first_seq if first_seq is not None else -1) < high
-        if above_low and below_high:
-            return False
-    return True
+_NEUTRAL = frozenset({ev.FORMAT_DESCRIPTION_EVENT, ev.ROTATE_EVENT, ev.STOP_EVENT, ev.GTID_LIST_EVENT,
+                      ev.BINLOG_CHECKPOINT_EVENT, ev.PREVIOUS_GTIDS_LOG_EVENT, ev.START_ENCRYPTION_EVENT})
+
+
+def _may_hold_wanted(gtids: GtidRange, span: Span, stored: BinaryIO) -> bool:
+    """A span may hold a wanted group unless every group in it has a MariaDB GTID outside the
+    bounds and its events outside any group are none that the decoder turns into rows."""
+    if span.barrier or span.anonymous or span.mysql is not None or sum(p.count for p in span.pairs) != span.groups:
+        return True
+    for pair in span.pairs:
+        low, high = gtids.since.get(pair.domain), gtids.until.get(pair.domain)
+        if not ((low is not None and pair.hi <= low) or (high is not None and pair.lo > high)):
+            return True
+    for at in span.loose:
+        stored.seek(at + 4)
+        if stored.read(1)[0] not in _NEUTRAL:
+            return True
+    return False
 
 
 def stream_ranges(data_dir: str | os.PathLike[str], start: FilePos, end: FilePos,

@@ -1,5 +1,6 @@
-"""Change rows out of one binlog file on disk: the file-reading front of ``binlog.changes``'
-sans-IO ChangeDecoder, for the Spark source and for tools."""
+"""Change rows, or transactions, out of one binlog file on disk: the file-reading front of
+``binlog.changes``' sans-IO ChangeDecoder (and ``binlog.transactions``' TransactionDecoder),
+for the Spark source and for tools."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import io
 import os
 from collections.abc import Iterator
 from functools import partial
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..binlog import events as ev
 from ..binlog.changes import (DEFAULT_SEGMENT_BYTES, NO_CHANGES, Change, ChangeDecodeError, ChangeDecoder,
                               GtidRange, TableFilter)
+from ..binlog.transactions import Transaction, TransactionDecoder
 from ..storage.scan import iter_events
 
 
@@ -28,6 +30,25 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
     is not emitted. file: the name put into each Change (default: the path's base name).
     decoder_out: if given, the decoder is appended to it (for its counters).
     """
+    return _decoded(ChangeDecoder, source, start, end, file=file, gtids=gtids, tables=tables,
+                    segment_bytes=segment_bytes, with_ddl=with_ddl, decoder_out=decoder_out)
+
+
+def iter_transactions(source: str | os.PathLike[str] | bytes | BinaryIO, start: int = 4,
+                      end: int | None = None, *, file: str | None = None, gtids: GtidRange | None = None,
+                      tables: TableFilter | str | None = None, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                      with_ddl: bool = True,
+                      decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Transaction]:
+    """The committed transactions in [start, end) of one binlog file, as iter_changes reads
+    its changes (same arguments; see relay.binlog.transactions for what is counted)."""
+    return _decoded(TransactionDecoder, source, start, end, file=file, gtids=gtids, tables=tables,
+                    segment_bytes=segment_bytes, with_ddl=with_ddl, decoder_out=decoder_out)
+
+
+def _decoded(kind: type[ChangeDecoder], source: str | os.PathLike[str] | bytes | BinaryIO, start: int,
+             end: int | None, *, file: str | None, gtids: GtidRange | None, tables: TableFilter | str | None,
+             segment_bytes: int, with_ddl: bool, decoder_out: list[ChangeDecoder] | None) -> Iterator[Any]:
+    """What a decoder of this kind makes of [start, end) of the source."""
     own = False
     if isinstance(source, (bytes, bytearray, memoryview)):
         stream: BinaryIO = io.BytesIO(bytes(source))
@@ -41,8 +62,8 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
         name = file or getattr(source, "name", "binlog")
     if isinstance(tables, str) or tables is None:
         tables = TableFilter(tables)
-    decoder = ChangeDecoder(name, partial(iter_events, stream), gtids=gtids, tables=tables, segment_bytes=segment_bytes,
-                            with_ddl=with_ddl)
+    decoder = kind(name, partial(iter_events, stream), gtids=gtids, tables=tables, segment_bytes=segment_bytes,
+                   with_ddl=with_ddl)
     if decoder_out is not None:
         decoder_out.append(decoder)
     try:
@@ -60,9 +81,9 @@ def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int =
                 break
         feed, empty = decoder.feed, NO_CHANGES
         for offset, event in iter_events(stream, start, end):
-            changes = feed(offset, event)
-            if changes is not empty:
-                yield from changes
+            out = feed(offset, event)
+            if out is not empty:
+                yield from out
     finally:
         decoder.close()
         if own:

@@ -4,16 +4,21 @@
     spark.dataSource.register(BinlogDataSource)
     df = spark.read.format("binlog").option("tables", "shop.*").load("/var/lib/binlog-relay")
     stream = spark.readStream.format("binlog").load("/var/lib/binlog-relay")
+    txns = spark.read.format("binlog").option("view", "transactions").load("/var/lib/binlog-relay")
 
-One row per changed table row (and per DDL statement); columns in SCHEMA. Options:
+Two views of the same committed groups. "changes" (the default): one row per changed table
+row (and per DDL statement); columns in SCHEMA. "transactions": one row per committed
+transaction with its row counts per table (relay.binlog.transactions); columns in
+TRANSACTIONS_SCHEMA. Options:
 
+  view         changes (default) or transactions
   since        FILE:POS or a MariaDB GTID position (D-S-N[,D-S-N...]): only groups after it
   until        FILE:POS or GTID position: only groups up to it (inclusive)
   tables       db.t,db2.* : only these tables (and DDL naming them)
   splitBytes   target partition size when splitting large files at group ends (default 64m)
   segmentBytes memory per open transaction; beyond it the transaction's events are read
                again from the stored file when it commits (default 4m)
-  ddl          false to leave out DDL rows (default true)
+  ddl          false to leave out DDL rows (transactions view: DDL transactions) (default true)
 
 Partitions: one per stored file, large files cut at group boundaries into ~splitBytes
 ranges. The executors must see the data_dir at the same path (local mode, or a shared
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 
 from ..binlog.changes import GtidRange
 from . import plan as pl
@@ -59,12 +64,36 @@ SCHEMA = StructType([
     StructField("txn_pos", LongType(), False),
 ])
 
+VIEWS = ("changes", "transactions")
+
+TABLE_CHANGES_TYPE = StructType([
+    StructField("database", StringType(), False),
+    StructField("table", StringType(), False),
+    StructField("inserts", LongType(), False),
+    StructField("updates", LongType(), False),
+    StructField("deletes", LongType(), False),
+])
+
+TRANSACTIONS_SCHEMA = StructType([
+    StructField("gtid", StringType(), True),
+    StructField("server_id", LongType(), False),
+    StructField("file", StringType(), False),
+    StructField("pos", LongType(), False),
+    StructField("end_pos", LongType(), False),
+    StructField("first_ts", TimestampType(), False),
+    StructField("commit_ts", TimestampType(), False),
+    StructField("size", LongType(), False),
+    StructField("changes", ArrayType(TABLE_CHANGES_TYPE, containsNull=False), False),
+    StructField("statements", LongType(), False),
+])
+TRANSACTIONS_COLUMNS = TRANSACTIONS_SCHEMA.fieldNames()
+
 BATCH_ROWS = 4096
 # A batch also ends at this many bytes of row images: 4096 rows of 1 MB blobs would be 4 GB.
 BATCH_BYTES = 8 << 20
 
 
-_OPTION_NAMES = ("since", "until", "tables", "splitBytes", "segmentBytes", "ddl")
+_OPTION_NAMES = ("view", "since", "until", "tables", "splitBytes", "segmentBytes", "ddl")
 _KNOWN_OPTIONS = frozenset(name.lower() for name in _OPTION_NAMES) | {"path"}  # path: .load(path)
 
 
@@ -77,6 +106,7 @@ class Options:
     split_bytes: int
     segment_bytes: int
     ddl: bool
+    view: str = "changes"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> Options:
@@ -98,14 +128,26 @@ class Options:
         return cls(str(path), pl.parse_bound(opts.get("since"), "since"),
                    pl.parse_bound(opts.get("until"), "until"), tables,
                    pl.parse_size(opts.get("splitbytes"), pl.DEFAULT_SPLIT_BYTES),
-                   pl.parse_size(opts.get("segmentbytes"), 4 << 20), ddl)
+                   pl.parse_size(opts.get("segmentbytes"), 4 << 20), ddl, parse_view(opts.get("view")))
+
+
+def parse_view(value: str | None) -> str:
+    """The view option: changes (default) or transactions; anything else is an error."""
+    view = "changes" if value is None or not str(value).strip() else str(value).strip().lower()
+    if view not in VIEWS:
+        raise pl.PlanError(f"unknown view {value!r} of the binlog data source (valid views: {', '.join(VIEWS)})")
+    return view
+
+
+def schema_of(view: str) -> StructType:
+    return TRANSACTIONS_SCHEMA if view == "transactions" else SCHEMA
 
 
 class BinlogPartition(InputPartition):
     """One group-aligned range of one stored file, with the filters to apply."""
 
     def __init__(self, rng: pl.FileRange, since_gtids: dict[int, int], until_gtids: dict[int, int],
-                 tables: str | None, segment_bytes: int, ddl: bool) -> None:
+                 tables: str | None, segment_bytes: int, ddl: bool, view: str = "changes") -> None:
         super().__init__((rng.name, rng.start, rng.end))
         self.range = rng
         self.since_gtids = since_gtids
@@ -113,10 +155,11 @@ class BinlogPartition(InputPartition):
         self.tables = tables
         self.segment_bytes = segment_bytes
         self.ddl = ddl
+        self.view = view
 
 
 def _partitions(ranges: list[pl.FileRange], gtids: Any, o: Options) -> list[BinlogPartition]:
-    return [BinlogPartition(r, dict(gtids.since), dict(gtids.until), o.tables, o.segment_bytes, o.ddl)
+    return [BinlogPartition(r, dict(gtids.since), dict(gtids.until), o.tables, o.segment_bytes, o.ddl, o.view)
             for r in ranges]
 
 
@@ -137,7 +180,46 @@ def _arrow_schema() -> Any:
 
 
 def read_partition(part: BinlogPartition) -> Iterator[Any]:
-    """The change rows of one partition as Arrow record batches (the executor side)."""
+    """The rows of one partition, in its view, as Arrow record batches (the executor side)."""
+    if part.view == "transactions":
+        return read_transactions(part)
+    return _read_changes(part)
+
+
+def read_transactions(part: BinlogPartition) -> Iterator[Any]:
+    """The transactions of one partition as Arrow record batches (TRANSACTIONS_SCHEMA)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from ..binlog.changes import GtidRange
+    from .read import iter_transactions
+
+    # Exactly the schema Spark checks a Python data source's batches against.
+    schema = to_arrow_schema(TRANSACTIONS_SCHEMA, timezone="UTC")
+    rng = part.range
+    txns = iter_transactions(rng.path, rng.start, rng.end, file=rng.name,
+                             gtids=GtidRange(part.since_gtids, part.until_gtids), tables=part.tables,
+                             segment_bytes=part.segment_bytes, with_ddl=part.ddl)
+    rows: list[tuple[Any, ...]] = []
+    for t in txns:
+        rows.append((t.gtid, t.server_id, t.file, t.pos, t.end_pos, t.first_ts * 1_000_000,
+                     t.commit_ts * 1_000_000, t.size,
+                     [(c.database, c.table, c.inserts, c.updates, c.deletes) for c in t.changes], t.statements))
+        if len(rows) >= BATCH_ROWS:  # a row is small: its changes list grows with its tables, not its rows
+            yield _transaction_batch(pa, schema, rows)
+            rows.clear()
+    if rows:
+        yield _transaction_batch(pa, schema, rows)
+
+
+def _transaction_batch(pa: Any, schema: Any, rows: list[tuple[Any, ...]]) -> Any:
+    # a struct value may be a tuple of its fields, in order
+    return pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(zip(*rows), schema)],
+                                      schema=schema)
+
+
+def _read_changes(part: BinlogPartition) -> Iterator[Any]:
+    """The change rows of one partition as Arrow record batches (SCHEMA)."""
     import pyarrow as pa
 
     from ..binlog.changes import GtidRange
@@ -275,7 +357,8 @@ class BinlogDataSource(DataSource):
         return "binlog"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        # the view's columns; an unknown view fails here, when the DataFrame is made
+        return schema_of(parse_view(self.options.get("view")))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BinlogBatchReader(Options.parse(self.options))

@@ -59,16 +59,19 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
     """Write a temp file, fsync it, rename it over ``path``, fsync the directory: after a
-    crash the file holds either the old or the new content, never a mix."""
+    crash the file holds either the old or the new content, never a mix.  Without ``sync``
+    (a cache that is rebuilt when damaged) nothing is flushed: readers still never see a mix."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as out:
         out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
+        if sync:
+            out.flush()
+            os.fsync(out.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 class DataDirLock:

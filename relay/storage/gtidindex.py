@@ -1,25 +1,24 @@
-"""Where MariaDB GTIDs are in the stored files: each file's GTID_LIST (the binlog state before it)
-and the state at the committed end, kept up to date incrementally; and where a GTID dump starts,
-decided as MariaDB's primary decides it (sql_repl.cc: check_slave_start_position,
-gtid_find_binlog_file).  Admin path: it decodes GTID events, which ingest and serving never do."""
+"""Where GTIDs are in the stored files, read from the index of the stored history (history.py):
+each file's GTID_LIST (the binlog state before it), the state at any clean point (the GTID_LIST
+and the file's spans), and where a GTID dump starts, decided as MariaDB's primary decides it
+(sql_repl.cc: check_slave_start_position, gtid_find_binlog_file).  Admin path: it decodes GTID
+events, which ingest and serving never do."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-import trio
-
 from ..binlog import events as ev
 from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
+from ..binlog.spans import Span, apply_span
+from .history import HistoryIndex
 from .relaylog import RelayLog
 from .scan import event_types, events_of_types, iter_events
 from ..errors import Refusal
 
-# catch_up reads this much between turns of the event loop (about 30 ms of walking headers)
-CATCH_UP_STEP = 8 << 20
 _GTID_ONLY = event_types(ev.GTID_EVENT)
 _MYSQL_GTIDS = event_types(ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT)
 _GTID_SEQ_DOMAIN = struct.Struct("<QI")  # the GTID event body starts with seq_no, domain_id
@@ -39,8 +38,10 @@ class GtidDumpPlan:
 class GtidIndex:
     def __init__(self, relay_log: RelayLog) -> None:
         self.relay_log = relay_log
+        self.history: HistoryIndex = relay_log.history
         self._file_start: dict[str, BinlogState] = {}
-        self._tail: tuple[str, int, BinlogState] | None = None  # file, offset scanned, state there
+        # per file: how many of its index's spans are folded into a state, the state, the last span folded
+        self._folded: dict[str, tuple[int, BinlogState, Span]] = {}
 
     def file_start_state(self, name: str) -> BinlogState | None:
         """The GTID_LIST near the start of ``name``: the binlog state before the file; None while
@@ -48,7 +49,7 @@ class GtidIndex:
         if name not in self._file_start:
             state: BinlogState | None = None
             with open(self.relay_log.path(name), "rb") as stored:
-                for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 20)):
+                for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 16), 1 << 16):
                     if event[4] == ev.GTID_LIST_EVENT:
                         state = BinlogState(Gtid(g.domain_id, g.server_id, g.seq_no) for g in ev.parse_gtid_list(event))
                         break
@@ -71,8 +72,31 @@ class GtidIndex:
         if index == 0:
             return BinlogState()
         previous = files[index - 1]
-        state = self._state_before(previous)
-        self._scan(previous, 4, self.relay_log.file_end(previous), state)
+        return self.state_at_span_end(previous, self.history.spans(previous))
+
+    def state_at_span_end(self, name: str, spans: list[Span]) -> BinlogState:
+        """The binlog state where ``spans`` (the first spans of ``name``, from offset 4) end."""
+        known = self.history.file_spans(name).spans
+        shared = 0
+        while shared < len(spans) and shared < len(known) and spans[shared] is known[shared]:
+            shared += 1
+        # The index's own spans are folded once and kept (per file); anything past them is added to a copy.
+        count, folded, last = self._folded.get(name, (0, None, None))
+        if folded is None or (count and (count > len(known) or known[count - 1] is not last)):
+            count, folded = 0, self._state_before(name)
+        if count > shared:  # an earlier point than the one kept: fold a copy from the start
+            count, folded = 0, self._state_before(name)
+        else:
+            while count < shared:
+                apply_span(folded, known[count])
+                count += 1
+            if count:
+                if len(self._folded) > len(self.relay_log.files) + 8:  # purged files
+                    self._folded = {n: v for n, v in self._folded.items() if n in self.relay_log.files}
+                self._folded[name] = (count, folded, known[count - 1])
+        state = folded.copy()
+        for span in spans[count:]:
+            apply_span(state, span)
         return state
 
     def binlog_state(self) -> BinlogState:
@@ -80,56 +104,31 @@ class GtidIndex:
         committed = self.relay_log.committed
         if committed is None:
             return BinlogState()
-        if not self._tail_at(committed[0]):
-            return self._state_before(committed[0])  # nothing of this file is committed yet
-        self._read_tail(committed[1], budget=None)
-        return self._tail[2].copy()  # type: ignore[index]
-
-    async def catch_up(self) -> None:
-        """Read the committed GTIDs of the newest file not read yet, a few megabytes at a time,
-        giving the event loop back in between: the GTID request that follows reads the rest in
-        the loop, and a gigabyte file no longer holds every other client for seconds."""
-        while (committed := self.relay_log.committed) is not None and self._tail_at(committed[0]):
-            read_up_to = self._tail[1]  # type: ignore[index]
-            if read_up_to >= committed[1]:
-                return
-            self._read_tail(committed[1], budget=CATCH_UP_STEP)
-            if self._tail[1] == read_up_to:  # type: ignore[index]
-                return  # a damaged event stops the walk: the dump's own reads report it
-            await trio.lowlevel.checkpoint()
-
-    def _tail_at(self, name: str) -> bool:
-        """The tail is the newest file's (set up from its GTID_LIST); False while that is not committed."""
-        if self._tail is None or self._tail[0] != name:
-            start = self.file_start_state(name)
-            if start is None:
-                return False
-            self._tail = (name, 4, start)
-        return True
-
-    def _read_tail(self, end: int, budget: int | None) -> None:
-        name, scanned, state = self._tail  # type: ignore[misc]
-        self._tail = (name, self._scan(name, scanned, end, state, budget), state)
+        name = committed[0]
+        if self.file_start_state(name) is None:
+            return self._state_before(name)  # nothing of this file is committed yet
+        return self.state_at_span_end(name, self.history.spans(name))
 
     def current_state(self) -> dict[int, Gtid]:
         """@@gtid_binlog_pos: the last GTID of every domain up to the committed end."""
         return self.binlog_state().most_recent()
 
     def position_at(self, name: str, position: int) -> dict[int, Gtid]:
-        """binlog_gtid_pos(file, pos): the state after every group that ends before ``position``."""
-        state = self._state_before(name)
-        self._scan(name, 4, min(position, self.relay_log.file_end(name)), state)
+        """binlog_gtid_pos(file, pos): the state after every GTID event that starts before
+        ``position`` (the index's spans up to there, then the GTID events of what is left)."""
+        position = min(position, self.relay_log.file_end(name))
+        spans = [span for span in self.history.spans(name) if span.end <= position]
+        state = self.state_at_span_end(name, spans)
+        self._scan(name, spans[-1].end if spans else 4, position, state)
         return state.most_recent()
 
-    def _scan(self, name: str, start: int, end: int, state: BinlogState, budget: int | None = None) -> int:
-        """Add the GTIDs of [start, end) of ``name`` to ``state`` (about ``budget`` bytes of it,
-        when given); returns where the whole events read end.  Headers only (events_of_types)."""
+    def _scan(self, name: str, start: int, end: int, state: BinlogState) -> None:
+        """Add the GTIDs of [start, end) of ``name`` to ``state``.  Headers only (events_of_types)."""
         with open(self.relay_log.path(name), "rb") as stored:
-            gtid_events, walked = events_of_types(stored, start, end, _GTID_ONLY, budget)
+            gtid_events, _ = events_of_types(stored, start, end, _GTID_ONLY)
         for _, event in gtid_events:
             seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
             state.update(Gtid(domain_id, _SERVER_ID.unpack_from(event, 5)[0], seq_no))
-        return walked
 
     def plan_dump(self, requested: dict[int, Gtid], strict: bool, ignore_duplicates: bool) -> GtidDumpPlan:
         """Where a replica that has ``requested`` (one GTID per domain) starts, and what it skips."""
@@ -208,7 +207,6 @@ class MysqlGtidIndex:
     def __init__(self, relay_log: RelayLog) -> None:
         self.relay_log = relay_log
         self._previous: dict[str, GtidSet] = {}
-        self._tail: tuple[str, int, GtidSet, MysqlGtid | None] | None = None  # file, scanned, set, last GTID
 
     def previous(self, name: str) -> GtidSet | None:
         """The PREVIOUS_GTIDS of ``name`` (empty for a file without one); None while not stored yet."""
@@ -228,35 +226,25 @@ class MysqlGtidIndex:
         return (self.previous(files[0]) if files else None) or GtidSet()
 
     def executed(self) -> GtidSet:
-        """gtid_executed: everything up to the committed end."""
-        self._scan_tail()
-        return self._tail[2].copy() if self._tail else GtidSet()
+        """gtid_executed: everything up to the committed end (the newest file's PREVIOUS_GTIDS and
+        the GTIDs of its spans)."""
+        committed = self.relay_log.committed
+        executed = (self.previous(committed[0]) if committed else None) or GtidSet()
+        if committed is not None:
+            for span in self.relay_log.history.spans(committed[0]):
+                if span.mysql is not None:
+                    executed.update(span.mysql)
+        return executed
 
     def newest_source(self) -> MysqlGtid | None:
         """The last GTID stored: its UUID stands for the source's server_uuid."""
-        self._scan_tail()
-        return self._tail[3] if self._tail else None
-
-    def _scan_tail(self) -> None:
-        committed = self.relay_log.committed
-        if committed is None:
-            return
-        name, end = committed
-        if self._tail is None or self._tail[0] != name:
-            start = self.previous(name)
-            if start is None:
-                return
-            last = self._tail[3] if self._tail else None
-            self._tail = (name, 4, start, last)
-        _, scanned, state, last = self._tail
-        with open(self.relay_log.path(name), "rb") as stored:
-            gtid_events, walked = events_of_types(stored, scanned, end, _MYSQL_GTIDS)
-        for _, event in gtid_events:
-            gtid = gtid_of_event(event)
-            if gtid is not None:
-                state.add(gtid)
-                last = gtid
-        self._tail = (name, walked, state, last)
+        for name in reversed(self.relay_log.files):
+            for span in reversed(self.relay_log.history.spans(name)):
+                if span.mysql is not None:
+                    with open(self.relay_log.path(name), "rb") as stored:
+                        gtid_events, _ = events_of_types(stored, span.start, span.end, _MYSQL_GTIDS)
+                    return gtid_of_event(gtid_events[-1][1])
+        return None
 
     def plan_dump(self, replica_has: GtidSet) -> str:
         """COM_BINLOG_DUMP_GTID (rpl_binlog_sender.cc, find_first_log_not_in_gtid_set): refuse a

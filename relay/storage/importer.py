@@ -33,6 +33,7 @@ from pathlib import Path
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from .files import DataDirError, DataDirLock, first_difference, fsync_dir
+from .history import HistoryIndex
 from .index import read_index, valid_binlog_name, write_index
 from .scan import iter_events
 from .state import Checkpoint, read_state, write_state
@@ -219,6 +220,9 @@ def import_binlogs(data_dir: Path | str, sources: list[Path | str]) -> ImportRes
             state, upstream_server_id=last.origin_server_id,
             upstream_version=state.upstream_version if stored else last.server_version,
             checkpoint=Checkpoint(last.name, last.last_group_end, last.last_event_start)))
+        history = HistoryIndex(data_dir, lambda: files, lambda name: os.stat(data_dir / name).st_size)
+        for name in dict.fromkeys(stored[-1:] + names):  # the newest stored file is closed now
+            history.rebuild(name)
         return ImportResult(data_dir, tuple(checked), tuple(files))
     except BaseException:
         if created:

@@ -146,6 +146,13 @@ class TailReader:
         self.position += sum(map(len, events))
         return events
 
+    def event_length_at(self, position: int) -> int:
+        """The length the header at ``position`` gives (for reading exactly that event)."""
+        header = os.pread(self._file().fileno(), ev.HEADER_LEN, position)
+        if len(header) < ev.HEADER_LEN:
+            raise StoredFileDamaged("the stored file ends inside an event", self.file, position)
+        return int.from_bytes(header[9:13], "little")
+
     def read_block(self, buffer: memoryview, end: int) -> int:
         """Fill ``buffer`` from the position (up to ``end``) without moving: the caller frames what
         fits and calls ``advance``."""

@@ -22,6 +22,7 @@ from ..stats import FSYNC_BUCKETS, Histogram
 from ..binlog.groups import GroupTracker
 from ..binlog.stream import ResumePoint, Segment
 from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
+from .history import DEFAULT_INTERVAL, HistoryIndex
 from .index import read_index, write_index
 from .scan import iter_events
 from .state import Checkpoint, RelayState, read_state, write_state
@@ -42,7 +43,8 @@ _FSYNC_AVERAGE_WEIGHT = 0.2  # of the newest fsync in that moving average
 
 class RelayLog:
     def __init__(self, data_dir: Path | str, sync: str = "commit", sync_interval: float = 0.1,
-                 checkpoint_interval: float = 5.0, inline_fsync_max_bytes: int = INLINE_FSYNC_MAX_BYTES) -> None:
+                 checkpoint_interval: float = 5.0, inline_fsync_max_bytes: int = INLINE_FSYNC_MAX_BYTES,
+                 index_interval: int = DEFAULT_INTERVAL) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"storage.sync must be one of {', '.join(SYNC_POLICIES)}, got {sync!r}")
         self.data_dir = Path(data_dir)
@@ -72,6 +74,8 @@ class RelayLog:
         self.fsync_seconds = Histogram(FSYNC_BUCKETS)  # bounded: read by metrics
         self.bytes_written = 0
         self.purged_files = 0
+        # the index of the stored history: written as ingest stores, read by every GTID lookup
+        self.history = HistoryIndex(self.data_dir, lambda: self.files, self.file_end, index_interval)
 
     # ------------------------------------------------------------ open / recover / close
 
@@ -94,6 +98,7 @@ class RelayLog:
             self._write_checkpoint()
             os.close(self._fd)
             self._fd = None
+            self.history.close(*self.committed)  # type: ignore[misc]
         self._lock.release()
 
     def _recover(self) -> None:
@@ -121,6 +126,7 @@ class RelayLog:
         self._write_pos = self._durable_pos = end
         self._last_event_start = last_start
         self.committed = (name, end)
+        self.history.resume(name, end)
 
     def _check_closed_files(self) -> None:
         """A closed file damaged on disk (cut short, a torn last event) is not another history: it is
@@ -155,6 +161,7 @@ class RelayLog:
         os.replace(fetched, self.path(name))
         fsync_dir(self.data_dir)
         del self.damaged[name]
+        self.history.forget([name])  # indexed up to the damage: walked again whole
         log.warning("stored %s repaired: fetched again from the primary (%d bytes; it was damaged at %d)", name,
                     self.path(name).stat().st_size, sound_end)
         return True
@@ -221,6 +228,7 @@ class RelayLog:
                 raise DataDirError(f"{segment.file}: an append at {segment.start} does not continue "
                                    f"the stored file, which ends at {self._write_pos}")
             self._write(segment.chunks, segment.size)
+            self.history.walked(segment.file, segment.start, segment.chunks)
             if segment.committed_end is not None:
                 self._pending_commit = (segment.file, segment.committed_end, segment.last_event_start)
         if self._pending_commit is None:
@@ -312,6 +320,7 @@ class RelayLog:
         """Let readers see up to ``target`` (durable as the policy requires) and wake them."""
         name, end, self._last_event_start = target
         self.committed = (name, end)
+        self.history.committed(name, end)
         self._wake_readers()
         if time.monotonic() - self._last_checkpoint >= self._checkpoint_interval:
             if self._durable_pos < end:  # the checkpoint must name durable bytes only
@@ -356,12 +365,15 @@ class RelayLog:
             self._after_commit()
         # Unconditionally: a write that failed half-way (disk full) moved the file offset
         # without moving _write_pos.
-        end = self.committed[1]
+        name, end = self.committed
         os.ftruncate(self._fd, end)
         os.lseek(self._fd, end, os.SEEK_SET)
+        cut = self._write_pos != end
         self._write_pos = end
         self._durable_pos = min(self._durable_pos, end)
         self._pending_commit = None
+        if cut:
+            self.history.resume(name, end)
 
     def _begin_file(self, name: str) -> None:
         if self.committed is not None:
@@ -371,6 +383,7 @@ class RelayLog:
                 self._fsync()
             os.close(self._fd)  # type: ignore[arg-type]
             self._fd = None
+            self.history.finish_file(self.committed[0])
         if name in self.files:
             raise DataDirError(f"the primary started {name} again, but it is already stored")
         self.files.append(name)
@@ -379,6 +392,7 @@ class RelayLog:
         self._write_pos = self._durable_pos = 4
         self._last_event_start = 4
         self.committed = (name, 4)
+        self.history.begin_file(name)
         self._wake_readers()
         self._write_checkpoint()
 
@@ -412,6 +426,7 @@ class RelayLog:
         write_index(self.data_dir, self.files)
         for name in names:
             self.path(name).unlink(missing_ok=True)
+        self.history.forget(names)
         fsync_dir(self.data_dir)
         self.purged_files += len(names)
         log.info("purged %s", ", ".join(names))

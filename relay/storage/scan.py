@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from typing import BinaryIO
@@ -110,6 +111,16 @@ def events_of_types(stream: BinaryIO, start: int, end: int, types: bytes, budget
             pos = length
         offset += pos
     return found, offset
+
+
+_GTID_TYPES = event_types(ev.GTID_EVENT, ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT)
+
+
+def count_gtid_events(path: str | os.PathLike[str], start: int, end: int) -> int:
+    """GTID events (either flavour's, anonymous ones too) starting in [start, end) of a stored
+    file: the groups that begin there (headers only)."""
+    with open(path, "rb") as stored:
+        return len(events_of_types(stored, start, end, _GTID_TYPES)[0])
 
 
 def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE) -> list[memoryview]:

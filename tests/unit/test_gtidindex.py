@@ -5,14 +5,12 @@ last an fsync)."""
 from pathlib import Path
 
 import pytest
-import trio
 
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.gtid import parse_gtid_position
 from relay.binlog.stream import Segment
 from relay.binlog.mysqlgtid import gtid_of_event
-from relay.storage import gtidindex
 from relay.storage.gtidindex import GtidIndex, MysqlGtidIndex
 from relay.storage.importer import import_binlogs
 from relay.storage.relaylog import RelayLog
@@ -96,54 +94,3 @@ def test_a_mysql_history_executed_set_is_every_gtid_of_its_files(tmp_path, name)
         assert index.newest_source() == [g for g in walked if g is not None][-1]
     finally:
         relay_log.close()
-
-
-async def test_catch_up_reads_the_newest_file_a_step_at_a_time(tmp_path, monkeypatch):
-    """The GTID requests that follow catch_up read nothing more in the event loop, and catch_up
-    gave the loop back between its steps."""
-    monkeypatch.setattr(gtidindex, "CATCH_UP_STEP", 300)
-    relay_log = RelayLog(tmp_path, sync="none")
-    relay_log.open()
-    relay_log.apply([_whole_file_segment(FIRST)])
-    index = GtidIndex(relay_log)
-    turns = 0
-
-    async def count_turns() -> None:
-        nonlocal turns
-        while True:
-            await trio.lowlevel.checkpoint()
-            turns += 1
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(count_turns)
-        await index.catch_up()
-        nursery.cancel_scope.cancel()
-    assert turns >= 3, "the loop given back between steps of about 300 bytes"
-    walked_after: list[int] = []
-    real_walk = gtidindex.events_of_types
-
-    def walk(stream, start, end, *args):  # type: ignore[no-untyped-def]
-        found, walked = real_walk(stream, start, end, *args)
-        walked_after.append(walked - start)
-        return found, walked
-
-    monkeypatch.setattr(gtidindex, "events_of_types", walk)
-    assert index.binlog_state().gtid_list() == GtidIndex(relay_log).binlog_state().gtid_list()
-    assert walked_after[0] == 0, "catch_up had read it all"
-    assert walked_after[1] > 0, "the fresh index read the file"
-    relay_log.close()
-
-
-async def test_catch_up_ends_at_a_damaged_event(tmp_path):
-    """A bogus event length in the committed part (a damaged file) ends the walk instead of
-    retrying it for ever; the dump's reads report the damage."""
-    relay_log = RelayLog(tmp_path, sync="none")
-    relay_log.open()
-    relay_log.apply([_whole_file_segment(FIRST)])
-    offset = file_events(BINLOG)[3][0]
-    with open(tmp_path / FIRST, "r+b") as stored:
-        stored.seek(offset + 9)
-        stored.write((5).to_bytes(4, "little"))  # shorter than an event header
-    with trio.fail_after(5):
-        await GtidIndex(relay_log).catch_up()
-    relay_log.close()

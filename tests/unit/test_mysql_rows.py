@@ -12,7 +12,6 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
 import zstandard
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event as pmr_rows

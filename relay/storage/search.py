@@ -1,0 +1,223 @@
+"""``binlog-relay search``: where the stored history holds a moment or some GTIDs, read from the
+index of the stored history (history.py) instead of a walk of every file.
+
+By time: the last transaction committed at or before a moment, i.e. the one before the first
+transaction (in binlog order) whose commit event's header time is later: what replaying up to the
+moment replays (``mariadb-binlog --stop-datetime`` stops at the first event at or after its
+argument).  Its end is where to stop a replay, and the GTID position there what `START SLAVE UNTIL
+master_gtid_pos` takes.  By GTID: the files (and the transaction) holding MariaDB GTIDs, or the
+files holding part of a MySQL GTID set.  Files that cannot hold the answer are passed by the
+summary on the last line of their index; the one that may is walked a span at most.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..binlog import events as ev
+from ..binlog.gtid import BinlogState, Gtid, GtidError, format_gtid_position, parse_gtid_position
+from ..binlog.mysqlgtid import GtidSet, MysqlGtidError, gtid_of_event, previous_gtids
+from ..binlog.spans import Span, SpanWalker, apply_span
+from ..errors import InputError
+from .history import HistoryIndex, walk_file, walk_spans
+from .index import read_index
+from .scan import iter_events
+
+
+class SearchError(InputError):
+    """What was asked cannot be searched for (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One transaction of the stored history."""
+
+    file: str
+    pos: int  # its first event (the GTID event)
+    end_pos: int  # right after its commit event
+    gtid: str | None
+    server_id: int
+    commit_timestamp: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.file, "pos": self.pos, "end_pos": self.end_pos, "gtid": self.gtid,
+                "server_id": self.server_id, "commit_timestamp": self.commit_timestamp,
+                "commit_time": _utc(self.commit_timestamp)}
+
+
+class StoredHistory:
+    """A data_dir's files and their index, read only (the relay may be writing beside it)."""
+
+    def __init__(self, data_dir: Path | str) -> None:
+        self.data_dir = Path(data_dir)
+        if not self.data_dir.is_dir():
+            raise SearchError(f"{self.data_dir} is not a directory")
+        self.files = read_index(self.data_dir)
+        if not self.files:
+            raise SearchError(f"{self.data_dir} holds no binlog file (no {self.data_dir / 'binlog.index'})")
+        # The newest file is read up to its last clean point: a group still being written is not seen.
+        self.index = HistoryIndex(self.data_dir, lambda: self.files, self._size, writable=False)
+
+    def _size(self, name: str) -> int:
+        return os.stat(self.data_dir / name).st_size
+
+    # ------------------------------------------------------------------ by time
+
+    def at_time(self, moment: int) -> dict[str, Any]:
+        """The last transaction committed at or before ``moment`` (seconds since the epoch)."""
+        before: tuple[str, Span] | None = None  # the span (of a file, or a file) with the last group before
+        for name in self.files:
+            whole = self.index.summary(name)
+            if whole is not None and (whole.commit_hi is None or whole.commit_hi <= moment):
+                before = (name, whole) if whole.groups else before
+                continue
+            for span in self.index.spans(name):
+                if span.commit_hi is None or span.commit_hi <= moment:
+                    before = (name, span) if span.groups else before
+                    continue
+                last = self._last_of(*before) if before else None
+                for transaction in self.transactions(name, span):
+                    if transaction.commit_timestamp > moment:
+                        return self._answer(moment, last, transaction)
+                    last = transaction
+        return self._answer(moment, self._last_of(*before) if before else None, None)
+
+    def _answer(self, moment: int, last: Transaction | None, after: Transaction | None) -> dict[str, Any]:
+        return {"time": _utc(moment), "timestamp": moment,
+                "transaction": last.as_json() if last else None,
+                "gtid_position": self.gtid_position(last.file, last.end_pos) if last else None,
+                "next": after.as_json() if after else None}
+
+    def _last_of(self, name: str, span: Span) -> Transaction:
+        """The last group of ``span`` (a span of ``name``, or all of it) from what it names."""
+        assert span.last_gtid_at is not None and span.last_commit_at is not None and span.last_commit_ts is not None
+        with open(self.data_dir / name, "rb") as stored:
+            stored.seek(span.last_commit_at + 9)
+            commit_length = int.from_bytes(stored.read(4), "little")
+            stored.seek(span.last_gtid_at)
+            header = stored.read(ev.HEADER_LEN)
+            length = int.from_bytes(header[9:13], "little")
+            gtid_event = header + stored.read(length - ev.HEADER_LEN)
+        return Transaction(name, span.last_gtid_at, span.last_commit_at + commit_length, _gtid_text(gtid_event),
+                           int.from_bytes(gtid_event[5:9], "little"), span.last_commit_ts)
+
+    def transactions(self, name: str, span: Span) -> Iterator[Transaction]:
+        """The transactions of ``span``, one by one (a walk that stops at every group end)."""
+        path = self.data_dir / name
+        for group in walk_spans(SpanWalker(span.start, _checksummed(path)), path, span.start, span.end, 1):
+            if group.groups:
+                yield self._last_of(name, group)
+
+    # ------------------------------------------------------------------ by GTID
+
+    def holding(self, text: str) -> dict[str, Any]:
+        """Where MariaDB GTIDs ('0-1-100,1-2-5') are, or which files hold part of a MySQL GTID set."""
+        try:
+            wanted = parse_gtid_position(text)
+        except GtidError:
+            wanted = {}
+        if wanted:
+            found = [self._find(gtid) for gtid in wanted.values()]
+            return {"gtids": [{"gtid": str(gtid), "transaction": t.as_json() if t else None}
+                              for gtid, t in zip(wanted.values(), found)],
+                    "files": sorted({t.file for t in found if t}, key=self.files.index)}
+        try:
+            gtid_set = GtidSet.parse(text)
+        except (MysqlGtidError, ValueError):
+            raise SearchError(f"{text!r} is neither MariaDB GTIDs (0-1-100,1-2-5) nor a MySQL GTID set "
+                              "(3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5)") from None
+        files = []
+        for name in self.files:
+            spans = [self.index.summary(name)] if name != self.files[-1] else self.index.spans(name)
+            held = GtidSet()
+            for span in spans:
+                if span is not None and span.mysql is not None:
+                    held.update(span.mysql)
+            common = held.minus(held.minus(gtid_set))
+            if common:
+                files.append({"file": name, "gtids": str(common).replace("\n", "")})
+        return {"gtid_set": str(gtid_set).replace("\n", ""), "files": files}
+
+    def _find(self, gtid: Gtid) -> Transaction | None:
+        for name in self.files:
+            whole = self.index.summary(name)
+            if whole is not None and not _may_hold(whole, gtid):
+                continue
+            for span in self.index.spans(name):
+                if _may_hold(span, gtid):
+                    for transaction in self.transactions(name, span):
+                        if transaction.gtid == str(gtid):
+                            return transaction
+        return None
+
+    # ------------------------------------------------------------------ GTID positions
+
+    def gtid_position(self, name: str, position: int) -> str:
+        """What the history holds up to ``position`` of ``name``: MariaDB's last GTID per domain
+        (BINLOG_GTID_POS), or MySQL's executed GTID set."""
+        with open(self.data_dir / name, "rb") as stored:
+            heading = [event for _, event in iter_events(stored, 4, min(position, 1 << 16), 1 << 16)][:3]
+        spans = [span for span in self.index.spans(name) if span.end <= position]
+        start = spans[-1].end if spans else 4
+        if start < position:
+            spans.append(walk_file(self.data_dir / name, start, position))
+        previous = next((event for event in heading if event[4] == ev.PREVIOUS_GTIDS_LOG_EVENT), None)
+        if previous is not None:
+            executed = previous_gtids(previous, ev.CHECKSUM_CRC32 if _checksummed(self.data_dir / name) else 0)
+            for span in spans:
+                if span.mysql is not None:
+                    executed.update(span.mysql)
+            return str(executed).replace("\n", "")
+        listed = next((event for event in heading if event[4] == ev.GTID_LIST_EVENT), None)
+        state = BinlogState(Gtid(g.domain_id, g.server_id, g.seq_no) for g in ev.parse_gtid_list(listed)) \
+            if listed is not None else BinlogState()
+        for span in spans:
+            apply_span(state, span)
+        return format_gtid_position(state.most_recent())
+
+
+def parse_moment(text: str) -> int:
+    """'YYYY-MM-DD HH:MM:SS' (UTC unless an offset follows, e.g. +02:00) or '@SECONDS'."""
+    from datetime import datetime, timezone
+
+    text = text.strip()
+    if text.startswith("@") and text[1:].isdigit():
+        return int(text[1:])
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise SearchError(f"{text!r} is not a time: give 'YYYY-MM-DD HH:MM:SS' (UTC), with an offset such as "
+                          "'+02:00' for another zone, or '@' and seconds since the epoch") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp())
+
+
+def _may_hold(span: Span, gtid: Gtid) -> bool:
+    return any(p.domain == gtid.domain_id and p.server == gtid.server_id and p.lo <= gtid.seq_no <= p.hi
+               for p in span.pairs)
+
+
+def _gtid_text(event: bytes) -> str | None:
+    if event[4] == ev.GTID_EVENT:
+        seq_no = int.from_bytes(event[ev.HEADER_LEN : ev.HEADER_LEN + 8], "little")
+        domain = int.from_bytes(event[ev.HEADER_LEN + 8 : ev.HEADER_LEN + 12], "little")
+        return f"{domain}-{int.from_bytes(event[5:9], 'little')}-{seq_no}"
+    gtid = gtid_of_event(event)
+    return str(gtid) if gtid is not None else None
+
+
+def _checksummed(path: Path) -> bool:
+    with open(path, "rb") as stored:
+        for _, event in iter_events(stored, 4, 1 << 16, 1 << 16):
+            return ev.parse_format_description(event).checksum_alg == ev.CHECKSUM_CRC32
+    return False
+
+
+def _utc(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
