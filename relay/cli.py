@@ -10,13 +10,13 @@ import sys
 
 from . import __version__
 from .config import ConfigError, load_config
-from .protocol.auth import native_password_hash
 from .logs import setup_logging
+from .protocol.auth import native_password_hash
 
 EXIT_CONFIG = 2
 
 
-def _load(path: str):  # type: ignore[no-untyped-def]
+def _load(path: str):
     try:
         return load_config(path)
     except ConfigError as err:
@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     hashp = commands.add_parser("hash-password",
                                 help="print the mysql_native_password hash of a password read from stdin")
     hashp.set_defaults(handler=cmd_hash_password)
-    demo = commands.add_parser("demo", help="a local MariaDB primary, the relay and a replica of it, live figures, a verdict")
+    demo = commands.add_parser("demo",
+                               help="a local MariaDB primary, the relay and a replica of it, live figures, a verdict")
     demo.add_argument("--seconds", type=float, default=None,
                       help="stop after this many seconds instead of waiting for Ctrl-C")
     demo.set_defaults(handler=cmd_demo)

@@ -5,8 +5,8 @@
 
 The dataclasses below *are* the relay's schema: every key is a dataclass field whose metadata
 holds its validator and its documentation (see ``iter_options()``, used to generate the README's
-reference table); the machinery that reads them is relay/schema.py.  Errors name the key path (``upstream.port: expected an integer, got 'abc'``)
-and are all collected in one pass.
+reference table); the machinery that reads them is relay/schema.py.  Errors name the key path
+(``upstream.port: expected an integer, got 'abc'``) and are all collected in one pass.
 
 Environment overrides: ``BINLOG_RELAY_<PATH>`` sets the scalar key at PATH (the dotted key path
 upper-cased, ``.`` -> ``_``), e.g. ``BINLOG_RELAY_UPSTREAM_PASSWORD``, ``BINLOG_RELAY_LISTEN_PORT``.
@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .binlog.names import BINLOG_NAME
 from .protocol.auth import native_hash_of, native_password_hash, sha2_hash_of
@@ -40,9 +41,9 @@ from .schema import (
     Problems,
     Report,
     Schema,
+    Seconds,
     Secret,
     SecretStr,
-    Seconds,
     Section,
     SectionList,
     Size,
@@ -233,8 +234,9 @@ class RetentionConfig:
     max_age: int | None = opt(Duration(), "Purge binlogs older than this, in seconds (null = unlimited).",
                                None, nullable=True)
     min_files: int = opt(Int(1), "Always keep at least this many binlog files.", 2)
-    replica_grace: int = opt(Duration(allow_zero=True), "Keep, for this long after a replica was last seen, the files it "
-                              "still needs (kept in data_dir across restarts); 0 = only connected replicas.", 3600)
+    replica_grace: int = opt(Duration(allow_zero=True),
+                             "Keep, for this long after a replica was last seen, the files it "
+                             "still needs (kept in data_dir across restarts); 0 = only connected replicas.", 3600)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,7 +360,8 @@ def _check_config(raw: Mapping, values: dict, report: Report) -> None:
     server_id, upstream, users = values["server_id"], values["upstream"], values["users"]
     if valid(server_id, upstream) and server_id in upstream.ignore_server_ids:
         report("upstream.ignore_server_ids", f"contains server_id {server_id}, the relay's own id")
-    storage, semi_sync = values.get("storage"), values.get("semi_sync")
+    storage: Any = values.get("storage")
+    semi_sync: Any = values.get("semi_sync")
     if valid(upstream, semi_sync) and semi_sync.wait_for_replicas and not upstream.semi_sync:
         report("semi_sync.wait_for_replicas", "needs upstream.semi_sync: true (the relay acknowledges to its "
                "primary only as a semi-sync replica)")
@@ -402,7 +405,9 @@ def _set_user_password(data: dict, name: str, given: dict[str, tuple[str, str]],
     """The password (or password file) of the user whose name gives <NAME>, in place of the
     password, hash or file the configuration gives it; both from the environment is a conflict,
     reported as for the file (a user with password and password_file)."""
-    users = data.get("users") if isinstance(data.get("users"), list) else []
+    users = data.get("users")
+    if not isinstance(users, list):
+        users = []
     matches = [(i, u) for i, u in enumerate(users)
                if isinstance(u, dict) and user_env_name(str(u.get("name", ""))) == name]
     variables = " and ".join(variable for variable, _ in given.values())

@@ -16,14 +16,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from .binlog.events import event_name
+from .binlog.events import HEARTBEAT_LOG_EVENT, HEARTBEAT_LOG_EVENT_V2, event_name
 from .binlog.names import file_number
 from .downstream.registry import Registry
 from .storage.relaylog import RelayLog
 from .upstream import UpstreamStatus
 
 PREFIX = "binlog_relay"
-Family = GaugeMetricFamily | CounterMetricFamily
+Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
 
 class RelayCollector(Collector):
@@ -57,6 +57,12 @@ class RelayCollector(Collector):
                     event_bytes.add_metric([event_name(etype)], stream.event_bytes[etype])
         yield events
         yield event_bytes
+        heartbeats = CounterMetricFamily(f"{PREFIX}_upstream_heartbeats", "Heartbeats received from the primary "
+                                         "(on the current connection), by version (2: MySQL 8.0.26+'s)",
+                                         labels=["version"])
+        for etype, version in ((HEARTBEAT_LOG_EVENT, "1"), (HEARTBEAT_LOG_EVENT_V2, "2")):
+            heartbeats.add_metric([version], stream.heartbeats[etype] if stream is not None else 0)
+        yield heartbeats
         last = stream.last_event_timestamp if stream else 0
         yield _gauge("upstream_last_event_timestamp_seconds", "Timestamp of the newest stored event", last)
         yield _gauge("upstream_lag_seconds", "As a replica's Seconds_Behind_Master: 0 when everything the "

@@ -51,6 +51,7 @@ class Secret:
     """
 
     __slots__ = ("_value",)
+    _value: str
 
     def __init__(self, value: str) -> None:
         object.__setattr__(self, "_value", value)
@@ -436,7 +437,8 @@ def _report_unknown_keys(cls: type, raw: dict, path: str, problems: Problems) ->
             problems.add(join_path(path, key), f"unknown key{hint}")
 
 
-def _parse_field(f: dataclasses.Field, raw: dict, path: str, problems: Problems, checks: Mapping[type, Check]) -> object:
+def _parse_field(f: dataclasses.Field, raw: dict, path: str, problems: Problems,
+                 checks: Mapping[type, Check]) -> object:
     option, key_path = _option(f), join_path(path, f.name)
     value = raw.get(f.name)
     if value is None:

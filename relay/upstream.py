@@ -13,10 +13,10 @@ import logging
 import math
 import os
 import random
-import time
 import ssl
 import sys
 import termios
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,13 +27,20 @@ import trio
 
 from .binlog import events as ev
 from .binlog.gtid import BinlogState, format_gtid_position
+from .binlog.names import next_file_name
 from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
 from .binlog.stream import MIXED_HISTORIES, DumpStream, ResumePoint, Segment, StreamError
-from .binlog.names import next_file_name
 from .binlog.translate import TranslatingStream
+from .candidates import (
+    RELAY_VERSION_COMMENT,
+    BehindWaits,
+    CandidateFacts,
+    CandidateRefused,
+    check_history,
+    check_writable,
+    parse_binlog_state,
+)
 from .errors import FatalError, RetryableError
-from .candidates import (RELAY_VERSION_COMMENT, BehindWaits, CandidateFacts, CandidateRefused, check_history, check_writable,
-                         parse_binlog_state)
 from .protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
 from .protocol.packets import OkPacket, ProtocolError, ServerError
 from .protocol.resultset import ResultSet
@@ -145,7 +152,8 @@ class _Connection:
     def unread_bytes(self) -> int:
         """Bytes received from the primary that the relay has not read yet: the kernel's receive
         queue (FIONREAD), plus decrypted bytes TLS holds back.  For the lag metric."""
-        stream, held = self.stream, 0
+        stream: trio.abc.Stream | None = self.stream
+        held = 0
         while not isinstance(stream, trio.SocketStream):
             if isinstance(stream, trio.SSLStream):
                 held += stream.pending()
@@ -229,7 +237,8 @@ async def connect(settings: UpstreamSettings, candidate: Candidate | None = None
 class Upstream:
     """Keeps the relay log in step with the primary, reconnecting for ever."""
 
-    def __init__(self, settings: UpstreamSettings, relay_log: RelayLog, replica_acks: ReplicaAcks | None = None) -> None:
+    def __init__(self, settings: UpstreamSettings, relay_log: RelayLog,
+                 replica_acks: ReplicaAcks | None = None) -> None:
         self.settings = settings
         self.relay_log = relay_log
         self.replica_acks = replica_acks  # the relay's semi-sync replicas, for semi_sync.wait_for_replicas
@@ -300,6 +309,7 @@ class Upstream:
         try:
             checksum_alg = await self._prepare(conn)
             own = self.relay_log.state.own_files_from is not None
+            stream: DumpStream | TranslatingStream
             if own or not self._mirrors(facts):
                 stream = await self._start_gtid_dump(conn, checksum_alg, facts)
             else:
@@ -400,7 +410,7 @@ class Upstream:
         log.info("upstream: dumping from %s:%d", file, resume.request_position)
         return stream
 
-    async def _fetch_damaged_again(self, primary_has: set[str]) -> None:
+    async def _fetch_damaged_again(self, primary_has: set[str | None]) -> None:
         """Closed stored files found cut short at start-up are fetched again from the primary that
         wrote them, on a connection of their own, and put in place if the stored whole events are
         a prefix of the primary's copy; otherwise they stay as they are (served up to the damage)."""
@@ -585,7 +595,7 @@ class Upstream:
         deframer = SemiSyncDeframer(stream.checksum_alg)
         to_ack, acks = trio.open_memory_channel[tuple[tuple[str, int], Ack]](math.inf)
 
-        def receive(data: bytes) -> list[Segment]:
+        def receive(data: bytes | bytearray) -> list[Segment]:
             segments: list[Segment] = []
             for piece, ack in deframer.feed(data):
                 segments += stream.receive(piece)
@@ -634,7 +644,8 @@ class Upstream:
                     "acknowledging without them until they catch up", self.settings.wait_for_replicas,
                     *stored_end, self.settings.replica_timeout)
 
-    async def _receive_and_store(self, conn: _Connection, receive_segments: Callable[[bytes], list[Segment]]) -> None:
+    async def _receive_and_store(self, conn: _Connection,
+                                 receive_segments: Callable[[bytes | bytearray], list[Segment]]) -> None:
         silence_limit = 2 * self.settings.heartbeat_period
         receive = conn.stream.receive_some
         relay_log = self.relay_log

@@ -4,7 +4,7 @@
 # Usage: bash scripts/test.sh [pytest arguments...]
 #   e.g. bash scripts/test.sh tests/unit        bash scripts/test.sh -k sandbox --run-slow
 #
-# Makes sure what the tests need is installed, then runs pytest:
+# Makes sure what the tests need is installed, runs the linters, then runs pytest:
 #   1. MariaDB server and client (the integration tests start their own throw-away servers,
 #      see tests/support/mariadb.py): installed with apt-get when missing and run as root,
 #      otherwise the script says what to install and exits 1. The packaged service is not
@@ -12,6 +12,9 @@
 #   2. gcc and Python's C headers, for the compiled inner loop (relay/binlog/_scan.c), which
 #      the tests require (without them the relay itself runs, slower): apt-get as for MariaDB.
 #   3. The project and its test extra: pip install -e '.[test]'.
+#   4. ruff over relay, tests and bench, and mypy over relay (both configured in pyproject.toml,
+#      both from the test extra): any finding fails the script before pytest starts, whatever
+#      the pytest arguments.
 # Env: PYTHON (default python3).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,4 +27,6 @@ install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline test
 install_c_build_tools
 install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
+"$PYTHON" -m ruff check relay tests bench
+"$PYTHON" -m mypy relay  # tests/ is not type-checked (yet)
 exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"

@@ -26,6 +26,9 @@ from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line abov
     dir_name_for,
 )
 
+# relay_factory (a started relay child per test, stopped at teardown) for every test directory
+pytest_plugins = ["tests.support.replication"]
+
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 

@@ -27,9 +27,9 @@ of its first event, the commit event's timestamp and its place (``seq``) in the 
   span of the binlog file they lie in, so a transaction of millions of rows never sits in
   memory. When the commit arrives, the decoder asks its caller for that span's events
   again (``reread``: iter_changes reads them from the binlog file, which is append-only,
-  and the span lies below the committed end) and picks them out as it did the first time; on ROLLBACK there is nothing to clean up. Only
-  one event is decoded at a time. Segments are counted in bytes, not rows: a row can hold
-  a 1 GB blob.
+  and the span lies below the committed end) and picks them out as it did the first time;
+  on ROLLBACK there is nothing to clean up. Only one event is decoded at a time. Segments
+  are counted in bytes, not rows: a row can hold a 1 GB blob.
 
 Values in ``before``/``after`` are Python values as relay.binlog.rows decodes them;
 the export turns them into JSON text with its normalisation (relay.pipeline.jsonform).
@@ -48,16 +48,23 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from fnmatch import fnmatchcase
 from itertools import chain, count, repeat
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Never
 
 import zstandard
 
-from . import coltypes as ct
 from ..errors import InputError
+from . import coltypes as ct
 from . import events as ev
 from .mysqlgtid import gtid_of_event
-from .rows import ROWS_EVENT_TYPES, RowDecodeError, TableMap, parse_table_map, uncompress_rows
-from .rows import _all_rows, _rows_header  # parse_rows_event without building a RowsEvent per event
+from .rows import (  # parse_rows_event without building a RowsEvent per event
+    ROWS_EVENT_TYPES,
+    RowDecodeError,
+    TableMap,
+    _all_rows,
+    _rows_header,
+    parse_table_map,
+    uncompress_rows,
+)
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter",
@@ -623,7 +630,7 @@ def _row_changes(rows: tuple[Any, ...], kind: str, head: tuple[Any, ...], seq: i
                  count(seq), before, after, r(query), r(txn_pos), r(tm))
     return list(map(_new_tuple, r(Change), fields))
 
-NO_CHANGES: Iterator[Change] = iter(())  # what feed() returns for an event that completes nothing
+NO_CHANGES: Iterator[Never] = iter(())  # what feed() returns for an event that completes nothing
 
 
 def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
@@ -635,8 +642,9 @@ def _stmt_end(event: bytes | memoryview, decoder: ChangeDecoder) -> bool:
 
 def _rollback_to(group: _Group, name: str, offset: int) -> None:
     """ROLLBACK TO name (the event at offset): drop the events logged since the savepoint."""
-    for i, (n, at) in enumerate(group.savepoints):
+    for i, (n, _) in enumerate(group.savepoints):
         if n == name:
+            at = group.savepoints[i][1]
             del group.savepoints[i + 1:]  # the savepoint itself stays
             break
     else:

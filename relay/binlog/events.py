@@ -9,8 +9,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ..protocol.packets import ProtocolError, lenenc_int, read_lenenc_int
 from ..errors import InputError
+from ..protocol.packets import ProtocolError, lenenc_int, read_lenenc_int
 
 BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
@@ -154,7 +154,7 @@ def parse_format_description(event: bytes | memoryview) -> FormatDescription:
                              post_header_lengths, checksum_alg)
 
 
-def checksum_matches(event: bytes | memoryview) -> bool:
+def checksum_matches(event: bytes | bytearray | memoryview) -> bool:
     """The event's trailing CRC32 equals the CRC of everything before it.
 
     The FDE's CRC is computed with BINLOG_IN_USE cleared (docs/protocol.md 5.3)."""

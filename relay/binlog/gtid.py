@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .hashorder import HashOrder
 from ..errors import InputError
+from .hashorder import HashOrder
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 

@@ -15,10 +15,11 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..errors import Refusal
 from . import events as ev
 from .gtid import BinlogState, Gtid, start_missing_message
-from .spans import PART_OF_GROUP as _PART_OF_GROUP, Span, apply_span, commits_or_rolls_back, span_holding
-from ..errors import Refusal
+from .spans import PART_OF_GROUP as _PART_OF_GROUP
+from .spans import Span, apply_span, commits_or_rolls_back, span_holding
 
 try:
     from ._scan import find as _compiled_find
@@ -89,7 +90,8 @@ class GtidStart:
         if skip == _SKIP_STANDALONE:
             ends = event_type not in _PART_OF_GROUP
         else:
-            ends = event_type in _TRANSACTION_ENDS or (event_type == ev.QUERY_EVENT and commits_or_rolls_back(event, crc))
+            ends = event_type in _TRANSACTION_ENDS or (
+                event_type == ev.QUERY_EVENT and commits_or_rolls_back(event, crc))
         if ends:
             self._skip = _NOT_SKIPPING
         return False
@@ -213,7 +215,7 @@ class GtidStart:
 def _find(block: memoryview | bytes, pos: int, size: int, types: bytes) -> tuple[int, bool]:
     """scan.find_event, here so that the sans-IO core needs nothing of storage."""
     if _compiled_find is not None:
-        return _compiled_find(block, pos, size, types)  # type: ignore[no-any-return]
+        return _compiled_find(block, pos, size, types)
     while pos + ev.HEADER_LEN <= size:
         length = _U32.unpack_from(block, pos + 9)[0]
         if length < ev.HEADER_LEN or pos + length > size:

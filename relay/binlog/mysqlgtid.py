@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from . import events as ev
 from ..errors import InputError
+from . import events as ev
 
 _U64 = struct.Struct("<Q")
 _TAGGED_FORMAT = 1
@@ -310,7 +310,9 @@ class ExcludedGroups:
     def accept(self, event: bytes | memoryview) -> bool:
         etype = event[4]
         if etype in (ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT):
-            self.excluding = gtid_of_event(event) in self.replica_has
+            gtid = gtid_of_event(event)
+            assert gtid is not None  # these two event types always carry a GTID
+            self.excluding = gtid in self.replica_has
         elif etype in (ev.ANONYMOUS_GTID_LOG_EVENT, ev.ROTATE_EVENT):
             self.excluding = False
         return not self.excluding

@@ -10,12 +10,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from ..errors import Refusal
 from . import events as ev
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .groups import GroupTracker
 from .gtidstart import GtidStart
 from .mysqlgtid import ExcludedGroups
-from ..errors import Refusal
 
 try:
     from ._scan import frame as _compiled_frame

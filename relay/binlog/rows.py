@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from relay.binlog import coltypes as ct
-from relay.errors import InputError
 from relay.binlog.coltypes import Decoder
 from relay.binlog.coltypes.readers import Body, Row, Run, compile_body, compile_run
+from relay.errors import InputError
 
 __all__ = [
     "RowDecodeError", "TableMap", "RowsEvent", "parse_table_map", "parse_rows_event",
@@ -132,7 +133,7 @@ class TableMap:
     flavor: Flavor
     decoders: tuple[Decoder, ...] = field(repr=False, compare=False)
     # present-bitmap bytes -> _Image; filled lazily by the rows decoder
-    _images: dict[bytes, "_Image"] = field(default_factory=dict, repr=False, compare=False)
+    _images: dict[bytes, _Image] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def column_count(self) -> int:
@@ -305,7 +306,6 @@ def _build_table_map(table_id: int, flags: int, database: str, table: str,
                      nullable: tuple[bool, ...], fields: dict[int, Any],
                      flavor: Flavor) -> TableMap:
     ncols = len(types)
-    where = {"database": database, "table": table}
     try:
         is_num = [ct.has_sign_bit(t, flavor) for t in types]
         is_char = [ct.is_character(t, m, flavor) for t, m in zip(types, meta)]
@@ -340,7 +340,7 @@ def _build_table_map(table_id: int, flags: int, database: str, table: str,
         pk = fields.get(SIMPLE_PRIMARY_KEY)
         pk_prefix = fields.get(PRIMARY_KEY_WITH_PREFIX)
     except _DECODE_ERRORS as e:
-        raise RowDecodeError(f"bad TABLE_MAP optional metadata: {e}", **where) from None
+        raise RowDecodeError(f"bad TABLE_MAP optional metadata: {e}", database=database, table=table) from None
 
     decoders = []
     for i, (t, m) in enumerate(zip(types, meta)):
@@ -374,7 +374,7 @@ def _member_names(lists: list[list[bytes]] | None, mask: list[bool],
     if lists is None:
         return None
     per = _spread(lists, mask, f"{what} value lists")
-    out = []
+    out: list[tuple[str, ...] | None] = []
     for i, members in enumerate(per):
         if members is None:
             out.append(None)
@@ -636,6 +636,7 @@ def _iter(h: _RowsHeader, tm: TableMap) -> Iterator[Any]:
     buf, pos, end = h.buf, h.start, len(h.buf)
     read = h.before.read
     read_after = h.after.read if h.after is not None else None
+    row: Row | tuple[Row, Row]  # an UPDATE's: (before, after)
     while pos < end:
         row_start = pos
         try:
@@ -766,6 +767,6 @@ def _frozen(cls: type, **values: Any) -> Any:
     """Instantiate a frozen dataclass (no defaults, no __post_init__) without its
     __init__, which pays an object.__setattr__ per field: ~1.2 us for RowsEvent, a
     fifth of decoding a typical one-row event."""
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     obj.__dict__.update(values)
     return obj

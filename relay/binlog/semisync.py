@@ -12,9 +12,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from . import events as ev
-from ..protocol.packets import PacketReader
 from ..errors import RetryableError
+from ..protocol.packets import PacketReader
+from . import events as ev
 
 SEMI_SYNC_MAGIC = 0xEF
 ACK_WANTED = 0x01
@@ -41,12 +41,13 @@ class SemiSyncDeframer:
         self.checksum_alg = checksum_alg
         self.primary_file = ""  # from the primary's ROTATE events, for the ACKs
 
-    def feed(self, data: bytes) -> list[tuple[bytes, Ack | None]]:
+    def feed(self, data: bytes | bytearray) -> list[tuple[bytes, Ack | None]]:
         """Plain dump bytes, in pieces: each piece that ends with an event to acknowledge comes
         with its Ack (to send once that event is safely stored)."""
         self._reader.feed(data)
         pieces: list[tuple[bytes, Ack | None]] = []
         out = bytearray()
+        payload: bytes | memoryview | None  # bytes once a semi-sync header is taken off
         while (payload := self._reader.next_packet()) is not None:
             ack = None
             if payload[0] == 0x00:
@@ -117,7 +118,7 @@ class AckReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[Ack]:
+    def feed(self, data: bytes | bytearray) -> list[Ack]:
         self._buffer += data
         acks = []
         while len(self._buffer) >= 4:

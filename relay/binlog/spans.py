@@ -25,7 +25,7 @@ import bisect
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from . import events as ev
 from .gtid import BinlogState, Gtid
@@ -142,7 +142,8 @@ def merge_spans(spans: Sequence[Span]) -> Span:
         for pair in span.pairs:
             known = pairs.get((pair.domain, pair.server))
             if known is None:
-                pairs[(pair.domain, pair.server)] = [pair.count, pair.lo, pair.hi, pair.last, ordinal + pair.last_ordinal]
+                pairs[(pair.domain, pair.server)] = [pair.count, pair.lo, pair.hi, pair.last,
+                                                     ordinal + pair.last_ordinal]
             else:
                 known[0] += pair.count
                 known[1], known[2] = min(known[1], pair.lo), max(known[2], pair.hi)
@@ -187,14 +188,15 @@ def span_from_json(raw: dict[str, Any]) -> Span:
     if not isinstance(fields, list) or len(fields) != 11:
         raise ValueError("a span has 11 fields")
     start, end, last_event_at, groups, anonymous = (_int(value) for value in fields[:5])
-    optional = [None if value is None else _int(value) for value in fields[5:]]
+    first_ts, commit_lo, commit_hi, last_commit_ts, last_commit_at, last_gtid_at = (
+        None if value is None else _int(value) for value in fields[5:])
     pairs = tuple(SpanPair(*(_int(value) for value in pair)) for pair in raw["pairs"])
     mysql = GtidSet.parse(raw["mysql"]) if "mysql" in raw else None
     if not 4 <= start <= end:
         raise ValueError(f"span [{start}, {end}) is not a stretch of a file")
-    return Span(start, end, last_event_at, groups, anonymous, *optional, pairs=pairs,
-                loose=tuple(_int(at) for at in raw["loose"]), barrier=bool(raw.get("barrier", False)),
-                mysql=mysql)
+    return Span(start, end, last_event_at, groups, anonymous, first_ts, commit_lo, commit_hi, last_commit_ts,
+                last_commit_at, last_gtid_at, pairs=pairs, loose=tuple(_int(at) for at in raw["loose"]),
+                barrier=bool(raw.get("barrier", False)), mysql=mysql)
 
 
 def _int(value: object) -> int:
@@ -354,7 +356,7 @@ class PySpanWalker:
     def take(self, reset: bool = True) -> Span:
         """The span from its start to the clean end; with ``reset`` the next span starts there
         (a group still open is carried over to it)."""
-        commit = self._commit or [None, None, None]
+        commit: Sequence[int | None] = self._commit or [None, None, None]
         span = Span(self._start, self._clean_end, self._last_event_at, self._groups, self._anonymous,
                     self._first_ts, commit[0], commit[1], commit[2], self._last_commit_at, self._last_gtid_at,
                     tuple(SpanPair(d, s, *values) for (d, s), values in self._pairs.items()),
@@ -376,35 +378,35 @@ class CompiledSpanWalker:
         self.reset(offset, crc)
 
     def reset(self, offset: int, crc: bool) -> None:
-        _compiled.span_reset(self._ctx, offset, crc)  # type: ignore[union-attr]
+        _compiled.span_reset(self._ctx, offset, crc)
         self._mysql.clear()
 
     @property
     def offset(self) -> int:
-        return _compiled.span_position(self._ctx)[0]  # type: ignore[union-attr,no-any-return]
+        return _compiled.span_position(self._ctx)[0]
 
     @property
     def clean_end(self) -> int:
-        return _compiled.span_position(self._ctx)[1]  # type: ignore[union-attr,no-any-return]
+        return _compiled.span_position(self._ctx)[1]
 
     @property
     def span_start(self) -> int:
-        return _compiled.span_position(self._ctx)[2]  # type: ignore[union-attr,no-any-return]
+        return _compiled.span_position(self._ctx)[2]
 
     @property
     def broken(self) -> bool:
-        return bool(_compiled.span_position(self._ctx)[3])  # type: ignore[union-attr]
+        return bool(_compiled.span_position(self._ctx)[3])
 
     def walk(self, chunks: Sequence[bytes | memoryview], offset: int) -> None:
-        _compiled.span_walk(self._ctx, chunks, offset, self._mysql)  # type: ignore[union-attr]
+        _compiled.span_walk(self._ctx, chunks, offset, self._mysql)
 
     def walk_events(self, block: bytes | memoryview, size: int, interval: int = 0) -> int:
-        return _compiled.span_walk_block(self._ctx, block, size, self._mysql, interval)  # type: ignore[union-attr,no-any-return]
+        return _compiled.span_walk_block(self._ctx, block, size, self._mysql, interval)
 
     def take(self, reset: bool = True) -> Span:
         (start, end, last_event_at, groups, anonymous, first_ts, commit_lo, commit_hi, last_commit_ts,
          last_commit_at, last_gtid_at, pairs, loose, barrier, mysql_closed
-         ) = _compiled.span_take(self._ctx, reset)  # type: ignore[union-attr]
+         ) = _compiled.span_take(self._ctx, reset)
         mysql = mysql_set(self._mysql[:mysql_closed])
         if reset:
             del self._mysql[:mysql_closed]
@@ -414,6 +416,7 @@ class CompiledSpanWalker:
 
 
 SpanWalker = CompiledSpanWalker if _compiled is not None else PySpanWalker
+AnySpanWalker: TypeAlias = PySpanWalker | CompiledSpanWalker  # in annotations, for either
 
 
 def mysql_set(gtid_events: list[bytes]) -> GtidSet | None:

@@ -16,12 +16,14 @@ events into one block, which costs less than a memoryview per event.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..protocol.packets import is_eof, parse_err, ServerError
+from ..errors import FatalError, RetryableError
+from ..protocol.packets import ServerError, is_eof, parse_err
 from . import events as ev
 from .groups import GroupTracker
-from ..errors import FatalError, RetryableError
 
 try:
     from ._scan import scan as _compiled_scan
@@ -55,12 +57,12 @@ class _Framing:
 
     def __init__(self, seq: int) -> None:
         self.seq = seq
-        self._rest = b""
-        self._pending: list[bytes] = []
+        self._rest: bytes | bytearray = b""
+        self._pending: list[bytes | bytearray] = []
         self._pending_size = 0
         self._needed = 4
 
-    def take(self, data: bytes) -> bytes | None:
+    def take(self, data: bytes | bytearray) -> bytes | bytearray | None:
         """The bytes to parse now, or None while the packet at hand is still incomplete."""
         self._pending.append(data)
         self._pending_size += len(data)
@@ -72,14 +74,14 @@ class _Framing:
         self._pending_size = 0
         return buf
 
-    def keep(self, buf: bytes, pos: int, seq: int) -> None:
+    def keep(self, buf: bytes | bytearray, pos: int, seq: int) -> None:
         """Remember what was not parsed (the start of an incomplete or multi-chunk packet)."""
         self.seq = seq
         self._rest = buf[pos:]
         self._needed = _packet_bytes_needed(self._rest)
 
 
-def _join_chunks(buf: bytes, pos: int, seq: int) -> tuple[bytes, int, int] | None:
+def _join_chunks(buf: bytes | bytearray, pos: int, seq: int) -> tuple[bytes, int, int] | None:
     """A multi-chunk packet's payload, the position after it and the next sequence id; None
     if not all of its chunks are in ``buf`` yet."""
     if pos + _packet_bytes_needed(buf[pos : pos + 4]) > len(buf):
@@ -102,7 +104,7 @@ def _join_chunks(buf: bytes, pos: int, seq: int) -> tuple[bytes, int, int] | Non
             return b"".join(parts), pos, seq
 
 
-def _packet_bytes_needed(rest: bytes) -> int:
+def _packet_bytes_needed(rest: bytes | bytearray) -> int:
     """How many bytes ``rest`` must have before the packet it starts can be handled."""
     offset = 0
     while True:
@@ -169,6 +171,7 @@ class DumpStream:
         self.last_event_timestamp = 0
         self.event_counts = [0] * 256  # by event type; read by metrics
         self.event_bytes = [0] * 256
+        self.heartbeats = {ev.HEARTBEAT_LOG_EVENT: 0, ev.HEARTBEAT_LOG_EVENT_V2: 0}  # received (never stored)
         self._framing = _Framing(seq=1)  # the dump's replies follow the client's packet 0
 
     @property
@@ -183,7 +186,7 @@ class DumpStream:
             current = self._one(payload, segments, current)
         return segments
 
-    def receive(self, data: bytes) -> list[Segment]:
+    def receive(self, data: bytes | bytearray) -> list[Segment]:
         """The hot path: raw bytes of the dump stream in, storage operations out.
 
         Frames packets itself (one pass over the buffer, no object per packet) and handles
@@ -209,10 +212,11 @@ class DumpStream:
         # Hot state in locals; written back to self (and current.size) around every slow call.
         position = self.position
         fast = False  # the first event of a read opens the segment through the general path
-        append = segments.append  # placeholder: the segment's chunks.append once one is open
+        append: Callable[[Any], None] = segments.append  # placeholder: the segment's chunks.append once one is open
         crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
         last_timestamp = self.last_event_timestamp
         compiled_scan = _compiled_scan
+        payload: bytes | memoryview
         while pos + 4 <= size:
             if fast and groups.state and compiled_scan is not None:
                 pos, seq, position, run = compiled_scan(buf, pos, seq, position, crc_on, _COMPILED_KINDS,
@@ -277,7 +281,7 @@ class DumpStream:
     def _fast_path_ok(self) -> bool:
         return self._expect_replay is None and self.file is not None
 
-    def _one(self, payload: memoryview, segments: list[Segment], current: Segment | None) -> Segment | None:
+    def _one(self, payload: bytes | memoryview, segments: list[Segment], current: Segment | None) -> Segment | None:
         """Handle one payload the slow, general way; returns the segment now being filled."""
         if payload[0] != 0:
             self._end_of_stream(payload)
@@ -342,7 +346,7 @@ class DumpStream:
         segments.append(segment)
         return segment
 
-    def _artificial(self, etype: int, event: memoryview, log_pos: int) -> None:
+    def _artificial(self, etype: int, event: bytes | memoryview, log_pos: int) -> None:
         if etype == ev.ROTATE_EVENT:
             rotate = ev.parse_rotate(event, self.checksum_alg == ev.CHECKSUM_CRC32)
             if rotate.next_file != self.file:
@@ -355,8 +359,9 @@ class DumpStream:
             self._check_origin(event)
         elif etype in _HEARTBEATS:
             self.primary_position = ev.parse_heartbeat(event, self.checksum_alg)
+            self.heartbeats[etype] += 1
 
-    def _check_origin(self, event: memoryview) -> None:
+    def _check_origin(self, event: bytes | memoryview) -> None:
         """A stored history is the history of the server that wrote it, whichever server (the
         primary, a relay of it) sends it: the resumed file's FDE names the same writer."""
         expected, self._expect_origin = self._expect_origin, None
@@ -368,7 +373,7 @@ class DumpStream:
                 f"{self.file} was written by server_id {expected}, but the upstream's {self.file} by server_id "
                 f"{writer}: {MIXED_HISTORIES}")
 
-    def _check_replay(self, event: memoryview) -> None:
+    def _check_replay(self, event: bytes | memoryview) -> None:
         stored = self._expect_replay
         assert stored is not None
         self._expect_replay = None
@@ -384,14 +389,14 @@ class DumpStream:
             f"{self.file}:{start}, but the stored file ends at {self.position}: refusing to store it "
             "at a different offset than on the primary")
 
-    def _bad_checksum(self, event: memoryview, etype: int, log_pos: int) -> None:
+    def _bad_checksum(self, event: bytes | memoryview, etype: int, log_pos: int) -> None:
         # A FDE checksummed with BINLOG_IN_USE cleared is fine (docs/protocol.md 5.3).
         if etype == ev.FORMAT_DESCRIPTION_EVENT and ev.checksum_matches(event):
             return
         raise StreamError(f"event {ev.event_name(etype)} ending at {self.file}:{log_pos} failed its CRC32 "
                           "check: the binlog or the network corrupted it")
 
-    def _end_of_stream(self, payload: memoryview) -> None:
+    def _end_of_stream(self, payload: bytes | memoryview) -> None:
         if payload[0] == 0xFF:
             error = parse_err(payload)
             raise error
@@ -400,7 +405,7 @@ class DumpStream:
         raise StreamError(f"unexpected packet 0x{payload[0]:02x} in the binlog stream")
 
 
-def _same_event(stored: bytes, received: memoryview) -> bool:
+def _same_event(stored: bytes, received: bytes | memoryview) -> bool:
     if len(stored) != len(received):
         return False
     if stored[4] == ev.FORMAT_DESCRIPTION_EVENT:

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import struct
 
+from ..protocol.packets import PacketReader, is_eof, parse_err
 from . import events as ev
 from .groups import GroupTracker
-from .names import next_file_name
 from .gtid import BinlogState
+from .names import next_file_name
 from .stream import Segment, StreamError, UpstreamEnded
-from ..protocol.packets import PacketReader, is_eof, parse_err
 
 _LOG_POS = struct.Struct("<I")
 _FILE_HEADER_EVENTS = frozenset({ev.GTID_LIST_EVENT, ev.BINLOG_CHECKPOINT_EVENT, ev.START_ENCRYPTION_EVENT})
@@ -57,12 +57,13 @@ class TranslatingStream:
         self.last_event_timestamp = 0
         self.event_counts = [0] * 256
         self.event_bytes = [0] * 256
+        self.heartbeats = {ev.HEARTBEAT_LOG_EVENT: 0, ev.HEARTBEAT_LOG_EVENT_V2: 0}  # received, by type
 
     @property
     def inside_group(self) -> bool:
         return self._groups.inside_group
 
-    def receive(self, data: bytes) -> list[Segment]:
+    def receive(self, data: bytes | bytearray) -> list[Segment]:
         self._reader.feed(data)
         segments: list[Segment] = []
         while (payload := self._reader.next_packet()) is not None:
@@ -91,6 +92,7 @@ class TranslatingStream:
         artificial = header.log_pos == 0 or header.flags & ev.LOG_EVENT_ARTIFICIAL_F
         if etype in (ev.HEARTBEAT_LOG_EVENT, ev.HEARTBEAT_LOG_EVENT_V2):
             self.primary_position = ev.parse_heartbeat(event, self.checksum_alg)
+            self.heartbeats[etype] += 1
         elif etype == ev.FORMAT_DESCRIPTION_EVENT and (self._switch_state is not None or self._upstream_rotated):
             self._open_next_file(event, header, segments)
         elif etype == ev.ROTATE_EVENT:

@@ -13,19 +13,19 @@ from dataclasses import dataclass
 
 import trio
 
-from ..binlog.gtid import GtidError, parse_gtid_position
-from ..binlog.groups import GroupTracker
-from ..binlog.gtidstart import GtidStart, SeekPlan
-from ..binlog.spans import excluded_until, span_holding
-from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
-from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog import events as ev
+from ..binlog.groups import GroupTracker
+from ..binlog.gtid import GtidError, parse_gtid_position
+from ..binlog.gtidstart import GtidStart, SeekPlan
+from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..binlog.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
+from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
+from ..binlog.spans import excluded_until, span_holding
+from ..errors import Refusal
 from ..protocol import server as proto
 from ..storage.reader import Available, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
 from .registry import DumpState
-from ..errors import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +106,9 @@ class DumpError(Refusal):
 class Dump:
     """One dump from the stored files to one client, until it goes away (or, non-blocking, the end)."""
 
-    def __init__(self, context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
+    def __init__(self, context, request: DumpRequest, conn: proto.ServerConnection,
                  flush: Callable[[], Awaitable[None]], state: DumpState,
-                 receive: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                 receive: Callable[[], Awaitable[bytes | bytearray]] | None = None) -> None:
         self.context = context  # session.SessionContext
         self.request = request
         self.receive = receive
@@ -269,7 +269,7 @@ class Dump:
         target = excluded_until(excluded.replica_has, reader.position, spans)
         if target is None or target > end:
             return False
-        jumped = spans[span_holding(reader.position, spans):]  # type: ignore[misc]
+        jumped = spans[span_holding(reader.position, spans):]
         already = count_gtid_events(reader.relay_log.path(reader.file), jumped[0].start, reader.position)
         outbound.count_skipped(sum(span.groups for span in jumped if span.end <= target) - already)
         self._passed("index", target - reader.position)
@@ -334,7 +334,8 @@ class Dump:
         header = bytes(block[: ev.HEADER_LEN])
         length = int.from_bytes(header[9:13], "little")
         start = reader.position
-        if length <= len(block) or length + 1 >= 0xFFFFFF or start + length > end or outbound.left_out_types()[header[4]]:
+        if (length <= len(block) or length + 1 >= 0xFFFFFF or start + length > end
+                or outbound.left_out_types()[header[4]]):
             return False
         replica = outbound.options.replica_server_id
         if replica is not None and header[4] in _GROUP_STARTS and int.from_bytes(header[5:9], "little") == replica:
@@ -406,9 +407,9 @@ def same_id_message(server_id: int) -> str:
             "a server_id different from the relay's")
 
 
-async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection,  # type: ignore[no-untyped-def]
+async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection,
                      flush: Callable[[], Awaitable[None]], peer: str,
-                     receive: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                     receive: Callable[[], Awaitable[bytes | bytearray]] | None = None) -> None:
     """Run one dump to its end; a refusal becomes the ERR packet a primary would send.
     ``receive``: the client's bytes, for the ACKs of a semi-sync replica."""
     registry = context.registry

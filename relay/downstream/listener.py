@@ -13,19 +13,19 @@ from pathlib import Path
 import trio
 
 from ..binlog import events as ev
+from ..binlog.gtid import format_gtid_position
 from ..config import Config
 from ..protocol import auth
 from ..protocol import events as proto_events
 from ..protocol import server as proto
 from ..protocol.packets import build_err, frame
-from ..binlog.gtid import format_gtid_position
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from ..storage.retention import RetentionKeeper
 from ..upstream import UpstreamStatus
 from . import queries
-from .registry import Registry
 from .purge import PurgeHandler
+from .registry import Registry
 from .session import SessionContext, handle_connection
 
 log = logging.getLogger(__name__)

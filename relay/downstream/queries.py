@@ -81,6 +81,9 @@ def _none_of_them() -> str:
 # files are functions, called only when asked for: the first read after much ingest walks the
 # newest file, and every SELECT @@version must not pay for it.
 def _system_variables(server: ServerFacts) -> dict[str, object]:
+    gtid: Callable[[], str]
+    executed: Callable[[], str]
+    purged: Callable[[], str]
     if server.is_mariadb:
         gtid, executed, purged = functools.cache(server.gtid_binlog_pos), _none_of_them, _none_of_them
     else:
@@ -250,7 +253,7 @@ def _value(entry: object) -> object:
 def _select(items: str, session: SessionVariables, server: ServerFacts, connection_id: int, user: str) -> Reply:
     gtid_pos = _BINLOG_GTID_POS.match("select " + items)
     if gtid_pos:
-        value = server.binlog_gtid_pos(gtid_pos.group(1), int(gtid_pos.group(2)))
+        value: object = server.binlog_gtid_pos(gtid_pos.group(1), int(gtid_pos.group(2)))
         return _rows((f"binlog_gtid_pos('{gtid_pos.group(1)}',{gtid_pos.group(2)})",), (value,))
     if " from " in f" {items.lower()} ":
         return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: SELECT {items[:200]}",

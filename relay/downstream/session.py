@@ -88,7 +88,7 @@ class _Session:
                 return proto_events.Quit()
             self.conn.receive_data(data)
 
-    async def _receive(self) -> bytes:
+    async def _receive(self) -> bytes | bytearray:
         return await self.stream.receive_some(RECEIVE_SIZE)
 
     async def login(self) -> bool:
@@ -171,7 +171,7 @@ class _PrefixedStream(trio.abc.Stream):
         self._inner = inner
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             data, self._prefix = self._prefix, b""
             return data

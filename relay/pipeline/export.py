@@ -158,6 +158,7 @@ def spark_session(master: str | None, app_name: str = "binlog-relay export") -> 
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     effective = spark.sparkContext.master
+    assert effective is not None  # set once the context runs
     if not effective.startswith("local"):
         _ship_code(spark)
     return spark

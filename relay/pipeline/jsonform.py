@@ -29,13 +29,13 @@ import json
 import struct
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from ..binlog import coltypes as ct
 from ..binlog.rows import TableMap
 
 try:
-    from . import _jsontext
+    import relay.pipeline._jsontext as _jsontext
 except ImportError:  # not built (no C compiler where the package was installed): Python only
     _jsontext = None
 else:
@@ -80,7 +80,7 @@ def value_json(v: Any) -> Any:
 
 def _datetime_text(v: _dt.datetime, fsp: int) -> str:
     if v.tzinfo is not None:
-        v = v.astimezone(_dt.timezone.utc)
+        v = v.astimezone(_dt.UTC)
     text = (f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
             f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}")
     return text + "." + f"{v.microsecond:06d}"[:fsp] if fsp else text
@@ -132,9 +132,10 @@ def _vector_form(v: tuple[float, ...]) -> list[float]:
 
 def _set_form(tm: TableMap, i: int) -> Convert | None:
     """SET members in definition order, when the names are known (else the bit mask, a number)."""
-    if tm.set_values is None or tm.set_values[i] is None:
+    names = tm.set_values[i] if tm.set_values is not None else None
+    if names is None:
         return None
-    order = {name: k for k, name in enumerate(tm.set_values[i])}  # type: ignore[arg-type]
+    order = {name: k for k, name in enumerate(names)}
     return lambda v: v if isinstance(v, int) else ",".join(sorted(v, key=order.__getitem__))
 
 
@@ -285,6 +286,10 @@ def _converters(tm: TableMap) -> dict[str, Convert]:
     return conv
 
 
+@overload
+def row_json_general(row: dict[str, Any], tm: TableMap | None = None) -> str: ...
+@overload
+def row_json_general(row: None, tm: TableMap | None = None) -> None: ...
 def row_json_general(row: dict[str, Any] | None, tm: TableMap | None = None) -> str | None:
     """row_json by the general path: each column's value converted (Form.convert), the dict
     written by json's encoder. It takes any row and any value; row_json uses it for what its
@@ -294,7 +299,7 @@ def row_json_general(row: dict[str, Any] | None, tm: TableMap | None = None) -> 
     if tm is None:
         return _encode(row)
     conv = _converters(tm)
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in row.items():
         if v is None:
             out[k] = None
@@ -320,8 +325,9 @@ def _float(v: float) -> str:
     return _NONFINITE[r] if r[-1] in "fn" else r
 
 
-def _text(v: str | bytes) -> str:
-    """A text column whose charset is unknown: str if its bytes were UTF-8, else bytes."""
+def _text(v: Any) -> str:
+    """A text column whose charset is unknown: str if its bytes were UTF-8, else bytes (any
+    other value: TypeError)."""
     if v.__class__ is str:
         return _str(v)
     return '"' + binascii.b2a_base64(v, newline=False).decode() + '"'  # TypeError for others
@@ -332,7 +338,7 @@ def _stamp(v: _dt.datetime, n: int) -> str:
     _datetime_text converts it."""
     t = _dtiso(v, " ", "microseconds")
     if len(t) > 26 and t[26:] != "+00:00":
-        t = _dtiso(v.astimezone(_dt.timezone.utc), " ", "microseconds")
+        t = _dtiso(v.astimezone(_dt.UTC), " ", "microseconds")
     return t[:n]
 
 
@@ -403,7 +409,7 @@ def python_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> Enc
               "    except Exception:",
               "        return _otherwise(row)"]
     exec(compile("\n".join(source), f"<json encoder {tm.database}.{tm.table}>", "exec"), env)
-    return env["encode"]  # type: ignore[no-any-return]
+    return env["encode"]
 
 
 def _nullable(tm: TableMap, i: int, form: Form) -> bool:
@@ -415,7 +421,8 @@ def _nullable(tm: TableMap, i: int, form: Form) -> bool:
 
 def _whole_text(form: Form, v: str, nullable: bool) -> str:
     """The expression of a column's whole text (quote marks, a str value, NULL), value v."""
-    expr = form.text.format(v=v)  # type: ignore[union-attr]
+    assert form.text is not None  # a form the general path writes has no text to put in
+    expr = form.text.format(v=v)
     text = f"'\"' f'{{{expr}}}' '\"'" if form.quote else expr
     if form.text_str:
         text = f"_str({v}) if {v}.__class__ is str else {text}"
@@ -445,7 +452,7 @@ def compiled_encoder(tm: TableMap, idx: tuple[int, ...], otherwise: Encode) -> E
             kinds.append(K_CALL)
             args.append(_text_function(form, nullable))
     parts.append("}" if idx else "{}")
-    return _jsontext.Encoder(tuple(parts), bytes(kinds), tuple(args), otherwise)  # type: ignore[no-any-return,union-attr]
+    return _jsontext.Encoder(tuple(parts), bytes(kinds), tuple(args), otherwise)
 
 
 def _text_function(form: Form, nullable: bool) -> Callable[[Any], str]:
@@ -454,7 +461,7 @@ def _text_function(form: Form, nullable: bool) -> Callable[[Any], str]:
         return _general_text(form.convert)
     env = dict(_TEXT_GLOBALS)
     exec(compile(f"def text(v):\n    return {_whole_text(form, 'v', nullable)}", "<json text>", "exec"), env)
-    return env["text"]  # type: ignore[no-any-return]
+    return env["text"]
 
 
 class _TableEncoders:
@@ -474,7 +481,7 @@ class _TableEncoders:
         """A row the full image's encoder does not fit."""
         keys = tuple(row)
         if keys == self.names:  # a value of another type: the general path
-            return row_json_general(row, self.tm)  # type: ignore[return-value]
+            return row_json_general(row, self.tm)
         encode = self.partial.get(keys)
         if encode is None:
             encode = self._general
@@ -486,7 +493,7 @@ class _TableEncoders:
         return encode(row)
 
     def _general(self, row: dict[str, Any]) -> str:
-        return row_json_general(row, self.tm)  # type: ignore[return-value]
+        return row_json_general(row, self.tm)
 
 
 _TABLES: dict[int, tuple[TableMap, Encode]] = {}  # id(table map) -> its full image's encoder
@@ -499,11 +506,12 @@ def _table_encoder(tm: TableMap | None) -> Encode:
     if tm is None:
         hit: tuple[TableMap | None, Encode] = (None, _encode)
     else:
-        hit = _TABLES.get(id(tm))  # type: ignore[assignment]
-        if hit is None or hit[0] is not tm:
+        cached = _TABLES.get(id(tm))
+        if cached is None or cached[0] is not tm:
             if len(_TABLES) >= 1024:  # as many as relay.binlog.rows caches
                 _TABLES.clear()
-            hit = _TABLES[id(tm)] = (tm, _TableEncoders(tm).full)
+            cached = _TABLES[id(tm)] = (tm, _TableEncoders(tm).full)
+        hit = cached
     _last = hit
     return hit[1]
 

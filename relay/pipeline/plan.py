@@ -20,10 +20,10 @@ from typing import BinaryIO
 
 from ..binlog import events as ev
 from ..binlog.changes import GtidRange
-from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.groups import GroupTracker
-from ..errors import FatalError
+from ..binlog.gtid import GtidError, parse_gtid_position
 from ..binlog.spans import Span
+from ..errors import FatalError
 from ..storage.files import DataDirError
 from ..storage.history import HistoryIndex
 from ..storage.index import read_index, valid_binlog_name

@@ -11,8 +11,15 @@ from functools import partial
 from typing import Any, BinaryIO
 
 from ..binlog import events as ev
-from ..binlog.changes import (DEFAULT_SEGMENT_BYTES, NO_CHANGES, Change, ChangeDecodeError, ChangeDecoder,
-                              GtidRange, TableFilter)
+from ..binlog.changes import (
+    DEFAULT_SEGMENT_BYTES,
+    NO_CHANGES,
+    Change,
+    ChangeDecodeError,
+    ChangeDecoder,
+    GtidRange,
+    TableFilter,
+)
 from ..binlog.transactions import Transaction, TransactionDecoder
 from ..storage.scan import iter_events
 
@@ -59,7 +66,7 @@ def _decoded(kind: type[ChangeDecoder], source: str | os.PathLike[str] | bytes |
         name = file or os.path.basename(os.fspath(source))
     else:
         stream = source
-        name = file or getattr(source, "name", "binlog")
+        name = file if file else getattr(source, "name", "binlog")
     if isinstance(tables, str) or tables is None:
         tables = TableFilter(tables)
     decoder = kind(name, partial(iter_events, stream), gtids=gtids, tables=tables, segment_bytes=segment_bytes,

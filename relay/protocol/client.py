@@ -11,7 +11,18 @@ from __future__ import annotations
 import enum
 import struct
 
+from ..errors import RetryableError
 from . import auth
+from .events import (
+    COM_BINLOG_DUMP,
+    COM_PING,
+    COM_QUERY,
+    COM_QUIT,
+    COM_REGISTER_SLAVE,
+    NEED_DATA,
+    Connected,
+    StartTLS,
+)
 from .handshake import (
     CLIENT_SSL,
     Greeting,
@@ -32,17 +43,6 @@ from .packets import (
     parse_ok,
 )
 from .resultset import ResultSet, ResultSetParser, column_count
-from .events import (
-    COM_BINLOG_DUMP,
-    COM_PING,
-    COM_QUERY,
-    COM_QUIT,
-    COM_REGISTER_SLAVE,
-    Connected,
-    NEED_DATA,
-    StartTLS,
-)
-from ..errors import RetryableError
 
 
 class AuthenticationError(RetryableError):
@@ -86,7 +86,7 @@ class ClientConnection:
 
     # ------------------------------------------------------------ I/O plumbing
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._reader.feed(data)
 
     def data_to_send(self) -> bytes:
@@ -186,9 +186,11 @@ class ClientConnection:
             error = parse_err(payload)
             raise AuthenticationError(str(error)) from error
         if kind == 0xFE:
-            return self._on_auth_switch(payload)
+            self._on_auth_switch(payload)
+            return None
         if kind == 0x01:
-            return self._on_auth_more_data(bytes(payload[1:]))
+            self._on_auth_more_data(bytes(payload[1:]))
+            return None
         raise ProtocolError(f"unexpected authentication reply 0x{kind:02x}")
 
     def _on_auth_switch(self, payload: memoryview) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
 from ..errors import RetryableError
 
 MAX_CHUNK = 0xFFFFFF
@@ -138,13 +139,13 @@ class PacketReader:
     def __init__(self) -> None:
         self._buf = b""
         self._pos = 0
-        self._pending: list[bytes] = []
+        self._pending: list[bytes | bytearray] = []
         self._pending_size = 0
         self.next_seq = 0  # the sequence id the next chunk must carry
         self.check_seq = True
         self.max_packet: int | None = None  # a logical packet longer than this raises PacketTooLarge
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         if data:
             self._pending.append(data)
             self._pending_size += len(data)

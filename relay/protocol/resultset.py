@@ -51,7 +51,7 @@ class ResultSetParser:
 
 def _column_name(payload: memoryview) -> str:
     pos = 0
-    name = b""
+    name: bytes | None = b""
     for _ in range(5):  # catalog, schema, table, org_table, name
         name, pos = read_lenenc_str(payload, pos)
     return (name or b"").decode("utf-8", "replace")

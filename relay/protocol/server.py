@@ -11,10 +11,35 @@ from __future__ import annotations
 import enum
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from . import auth
+from .events import (
+    COM_BINLOG_DUMP,
+    COM_BINLOG_DUMP_GTID,
+    COM_INIT_DB,
+    COM_PING,
+    COM_QUERY,
+    COM_QUIT,
+    COM_REGISTER_SLAVE,
+    ER_ACCESS_DENIED_ERROR,
+    ER_HANDSHAKE_ERROR,
+    ER_MALFORMED_PACKET,
+    ER_SECURE_TRANSPORT_REQUIRED,
+    NEED_DATA,
+    BinlogDump,
+    BinlogDumpGtid,
+    InitDB,
+    LoggedIn,
+    LoginRefused,
+    Ping,
+    Query,
+    Quit,
+    RegisterSlave,
+    StartTLS,
+    UnknownCommand,
+)
 from .handshake import (
     CLIENT_SSL,
     SERVER_CAPABILITIES,
@@ -36,31 +61,7 @@ from .packets import (
     frame,
 )
 from .resultset import build_result_set
-from .events import (
-    BinlogDump,
-    BinlogDumpGtid,
-    COM_BINLOG_DUMP,
-    COM_BINLOG_DUMP_GTID,
-    COM_INIT_DB,
-    COM_PING,
-    COM_QUERY,
-    COM_QUIT,
-    COM_REGISTER_SLAVE,
-    ER_ACCESS_DENIED_ERROR,
-    ER_HANDSHAKE_ERROR,
-    ER_MALFORMED_PACKET,
-    ER_SECURE_TRANSPORT_REQUIRED,
-    InitDB,
-    LoggedIn,
-    LoginRefused,
-    NEED_DATA,
-    Ping,
-    Query,
-    Quit,
-    RegisterSlave,
-    StartTLS,
-    UnknownCommand,
-)
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -111,7 +112,7 @@ class ServerConnection:
         # unauthenticated client cannot make the relay hold megabytes for it.
         self._reader.max_packet = PRE_LOGIN_MAX_PACKET
         self._max_packet = max_packet
-        self._out: list[bytes] = []
+        self._out: list[bytes | bytearray | memoryview] = []
         self._seq = 0
         self._state = _State.HANDSHAKE
         self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
@@ -122,7 +123,7 @@ class ServerConnection:
 
     # ------------------------------------------------------------ plumbing
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         if self._state is _State.DUMPING:
             return  # a dump is one-way; pymysqlreplication even sends a stray byte after it
         self._reader.feed(data)
@@ -326,7 +327,7 @@ class ServerConnection:
         """From now on the connection carries binlog events (``send_events``) until it closes."""
         self._state = _State.DUMPING
 
-    def send_events(self, events: list[bytes | memoryview]) -> None:
+    def send_events(self, events: Sequence[bytes | memoryview]) -> None:
         """Frame each event as ``00 | event`` (one packet each, split past 16 MB); under
         semi-sync as ``00 ef 00 | event``: the relay never asks for an ACK (docs/protocol.md 6)."""
         if self.semi_sync:
@@ -344,7 +345,7 @@ class ServerConnection:
                 seq = self._seq
                 continue
             parts.append(pack(size | (seq << 24), 0))
-            parts.append(event)  # type: ignore[arg-type]
+            parts.append(event)
             seq = (seq + 1) & 0xFF
         self._seq = seq
 
@@ -355,7 +356,7 @@ class ServerConnection:
 
     def send_framed(self, data: bytes | bytearray, next_sequence_id: int) -> None:
         """Packets framed by the caller (``binlog.outbound.frame_block``), and the id after them."""
-        self._out.append(data)  # type: ignore[arg-type]
+        self._out.append(data)
         self._seq = next_sequence_id
 
     def send_eof(self) -> None:

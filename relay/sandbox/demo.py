@@ -309,6 +309,7 @@ class Demo:
                 break
         if problems:
             return Verdict(False, "; ".join(problems)), status
+        assert status is not None  # the last attempt found nothing lagging
         return Verdict(True, f"relay mirrors the primary ({status.files_stored} files, {status.bytes_stored} "
                              f"bytes) and the replica matches it ({self.rows_written} rows)"), status
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +133,19 @@ class RelayProcess:
         """Until this run (not an earlier one in the same log) accepts replicas and, when its metrics
         port is fixed, answers /healthz.  RelayProcessError at once if it exits meanwhile."""
         try:
-            wait_for(lambda: self.check_alive() or self._listening(), timeout,
+            wait_for(lambda: self._alive_and(self._listening), timeout,
                      f"the relay did not start listening on port {self.port}")
             metrics = self.config.get("metrics", {})
             if metrics.get("enabled", True) and metrics.get("port"):
-                wait_for(lambda: self.check_alive() or self._answers_healthz(), timeout,
+                wait_for(lambda: self._alive_and(self._answers_healthz), timeout,
                          f"no metrics endpoint on port {self.metrics_port}", ignore=(OSError,))
         except WaitTimeout as late:
             raise RelayProcessError(f"{late}\n{self.log_tail()}") from None
+
+    def _alive_and(self, check: Callable[[], bool]) -> bool:
+        """check(), once check_alive() found the relay running."""
+        self.check_alive()
+        return check()
 
     def _listening(self) -> bool:
         level = str(self.config.get("logging", {}).get("level", "INFO")).upper()

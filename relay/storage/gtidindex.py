@@ -14,10 +14,10 @@ from ..binlog.gtid import BinlogState, Gtid, start_missing_message
 from ..binlog.gtidstart import GtidStart
 from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
 from ..binlog.spans import Span, apply_span
+from ..errors import Refusal
 from .history import HistoryIndex
 from .relaylog import RelayLog
 from .scan import event_types, events_of_types, iter_events
-from ..errors import Refusal
 
 _GTID_ONLY = event_types(ev.GTID_EVENT)
 _MYSQL_GTIDS = event_types(ev.GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT)

@@ -28,7 +28,9 @@ from typing import Any, BinaryIO
 import trio
 
 from ..binlog import events as ev
+from ..binlog.mysqlgtid import gtid_of_event
 from ..binlog.spans import (
+    AnySpanWalker,
     Span,
     SpanWalker,
     checksum_of_fde,
@@ -36,7 +38,6 @@ from ..binlog.spans import (
     span_from_json,
     span_to_json,
 )
-from ..binlog.mysqlgtid import gtid_of_event
 from .files import atomic_write
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class HistoryIndex:
         self._tails: dict[str, tuple[int, int, Span]] = {}  # name -> (from, to, span): cached tail walks
         # ingest's side: the file being written, its walker and the spans walked but not yet committed
         self._writing: str | None = None
-        self._walker: SpanWalker | None = None
+        self._walker: AnySpanWalker | None = None
         self._pending: list[Span] = []
         self._fd: int | None = None
 
@@ -510,13 +511,13 @@ def walk_file(path: Path, start: int, end: int) -> Span:
     return walker.take()
 
 
-def _walk_into(walker: SpanWalker, path: Path, start: int, end: int, interval: int | None) -> list[Span]:
+def _walk_into(walker: AnySpanWalker, path: Path, start: int, end: int, interval: int | None) -> list[Span]:
     """Walk [start, end) of the file with ``walker``, taking a span at the first clean point
     ``interval`` bytes past the last one (none when interval is None)."""
     return list(walk_spans(walker, path, start, end, interval))
 
 
-def walk_spans(walker: SpanWalker, path: Path, start: int, end: int, interval: int | None) -> Iterator[Span]:
+def walk_spans(walker: AnySpanWalker, path: Path, start: int, end: int, interval: int | None) -> Iterator[Span]:
     """Walk [start, end) of the file with ``walker`` block by block, yielding a span at the first
     clean point ``interval`` bytes past the last one (none when interval is None; with 1, a
     span per group).  An event larger than a block is read whole; damage ends the walk."""

@@ -275,9 +275,9 @@ def _check_sequence(data_dir: Path, tmp: Path, stored: list[str], state_origin: 
                     f"{previous.next_file or _successor(last_name)} ({_why_next(previous)})")
             origin = previous.origin_server_id if origin is None else origin
     if origin is not None and first.origin_server_id != origin:
-        raise BinlogImportError(f"{first.name} was written by server_id {first.origin_server_id} (its FORMAT_DESCRIPTION "
-                                f"event at position 4), but {data_dir} holds the history of server_id {origin}: "
-                                "one data_dir holds one server's binlogs")
+        raise BinlogImportError(f"{first.name} was written by server_id {first.origin_server_id} "
+                                f"(its FORMAT_DESCRIPTION event at position 4), but {data_dir} holds the history "
+                                f"of server_id {origin}: one data_dir holds one server's binlogs")
     for previous, current in zip(checked, checked[1:]):
         if current.origin_server_id != previous.origin_server_id:
             raise BinlogImportError(

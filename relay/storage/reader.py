@@ -15,10 +15,9 @@ from typing import BinaryIO
 
 from ..binlog import events as ev
 from ..binlog.names import next_file_name
+from ..errors import Refusal
 from .relaylog import RelayLog
 from .scan import BLOCK_SIZE, read_batch
-from ..errors import Refusal
-
 
 # More than a fault maps around the page it needs: Linux maps neighbours already cached (64 KiB by
 # default), and all of a large page-cache folio (up to 2 MiB on x86-64).

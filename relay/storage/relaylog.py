@@ -18,9 +18,9 @@ from typing import BinaryIO
 import trio
 
 from ..binlog import events as ev
-from ..stats import FSYNC_BUCKETS, Histogram
 from ..binlog.groups import GroupTracker
 from ..binlog.stream import ResumePoint, Segment
+from ..stats import FSYNC_BUCKETS, Histogram
 from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
 from .history import DEFAULT_INTERVAL, HistoryIndex
 from .index import read_index, write_index

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .files import StoredFile
 from ..errors import Refusal
+from .files import StoredFile
 
 if TYPE_CHECKING:  # the keeper is handed a relay log; the relay log does not know retention
     from .relaylog import RelayLog

@@ -130,7 +130,7 @@ def read_batch(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_S
         return []
     stream.seek(start)
     block = memoryview(stream.read(min(block_size, end - start)))
-    events = []
+    events: list[memoryview] = []
     append = events.append
     length_at = _LENGTH.unpack_from
     pos = 0

@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ class StoredHistory:
 
 def parse_moment(text: str) -> int:
     """'YYYY-MM-DD HH:MM:SS' (UTC unless an offset follows, e.g. +02:00) or '@SECONDS'."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     text = text.strip()
     if text.startswith("@") and text[1:].isdigit():
@@ -194,7 +195,7 @@ def parse_moment(text: str) -> int:
         raise SearchError(f"{text!r} is not a time: give 'YYYY-MM-DD HH:MM:SS' (UTC), with an offset such as "
                           "'+02:00' for another zone, or '@' and seconds since the epoch") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp())
 
 

@@ -15,13 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from relay.sandbox.polling import wait_for
 from relay.sandbox.ports import free_port
 from relay.sandbox.relayprocess import start_relay
-from tests.deploy.test_helm import (  # noqa: F401 - helm: a fixture
-    CHART,
-    Rendered,
-    helm,
-    helm_template,
-    values_file,
-)
+from tests.deploy.test_helm import CHART, Rendered, helm_template, values_file
 from tests.support.metrics import Scrape, promtool_path
 
 # Grafana's own variables, replaced by what Grafana would put there before PromQL sees them.

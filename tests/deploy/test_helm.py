@@ -136,17 +136,6 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
 
 
 @pytest.fixture(scope="session")
-def helm() -> str:
-    local = ROOT / ".tools" / "bin" / "helm"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    found = shutil.which("helm")
-    if found is None:
-        pytest.fail(f"helm not found at {local} or on PATH: {INSTALL_HINT}", pytrace=False)
-    return found
-
-
-@pytest.fixture(scope="session")
 def kubernetes_validate() -> str:
     beside = Path(sysconfig.get_path("scripts")) / "kubernetes-validate"
     if beside.is_file() and os.access(beside, os.X_OK):

@@ -17,7 +17,6 @@ import pytest
 from relay.sandbox.ports import free_port
 from relay.sandbox.relayprocess import RelayProcess
 from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts
-from tests.support.replication import relay_factory  # noqa: F401 - a fixture the fault tests use
 
 SCALE = os.environ.get("FAULTS_SCALE", "short")
 if SCALE not in ("short", "long"):
@@ -38,7 +37,7 @@ def passwords_of(config: dict[str, Any]) -> tuple[str, ...]:
 
 
 @pytest.fixture
-def fault_relay(relay_factory: Any) -> Iterator[Any]:  # noqa: F811 - the imported fixture
+def fault_relay(relay_factory: Any) -> Iterator[Any]:
     """make(name, upstream_port, **overrides) -> a started RelayProcess (relay_factory's), recorded."""
     mine: list[RelayProcess] = []
 

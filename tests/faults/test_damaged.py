@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 
-
 from relay.protocol.packets import is_eof, is_err, parse_err
 from relay.sandbox.binlogfiles import HEADER, HEADER_LEN, binlog_events
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program

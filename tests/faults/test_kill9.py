@@ -12,11 +12,13 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.faults.conftest import KILL9_CYCLES
 from tests.support.faults import SequenceLoad, converged, stored_bytes
+from tests.support.relay import assert_index_matches_files
 
 
 def test_kill9_under_write_load(mariadb_factory, fault_relay):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
-    relay = fault_relay("relay", primary.port)
+    # an index entry every 16 KiB: kills land while entries are written too
+    relay = fault_relay("relay", primary.port, storage={"index_interval": "16K"})
     by_position, by_gtid = mariadb_factory(server_id=11), mariadb_factory(server_id=12)
     attach_replica(by_position, relay.port, log_file=FIRST_FILE, log_pos=4)
     attach_replica(by_gtid, relay.port, use_gtid="slave_pos")
@@ -30,10 +32,11 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay):
             # or after a random time, whichever the draw picks
             if rng.random() < 0.5:
                 target = stored_bytes(relay) + rng.randint(1, 60_000)
-                wait_for(lambda: stored_bytes(relay) >= target, 60, f"cycle {cycle}: the relay stored nothing more")
+                wait_for(lambda target=target: stored_bytes(relay) >= target, 60,
+                         f"cycle {cycle}: the relay stored nothing more")
             else:
                 deadline = time.monotonic() + rng.uniform(0.0, 0.4)
-                wait_for(lambda: time.monotonic() >= deadline, 5)
+                wait_for(lambda deadline=deadline: time.monotonic() >= deadline, 5)
             assert relay.alive(), relay.log_text()[-3000:]
             peaks.append(relay.peak_rss_bytes())
             killed = time.monotonic()
@@ -45,6 +48,7 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay):
     assert commits > KILL9_CYCLES
     recovery = converged(primary, relay, [by_position, by_gtid], commits)
     assert "Traceback" not in relay.log_text()
+    assert assert_index_matches_files(relay.data_dir) > KILL9_CYCLES, "the index has an entry per 16 KiB"
     print(f"\nFAULTS kill9: {KILL9_CYCLES} kills, {commits} transactions, restart to listening median "
           f"{statistics.median(restarts):.2f}s max {max(restarts):.2f}s, after the load: {recovery}; "
           f"peak RSS of a run at most {max(peaks) / 2**20:.1f} MiB")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import random
 import statistics
 
-from tests.faults.conftest import PROXY_FAULTS_EACH
-
-LOAD_RATE = 500  # transactions a second, one in 16 of 48 KiB: about 2 MB/s of binlog
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE
+from tests.faults.conftest import PROXY_FAULTS_EACH
 from tests.faults.proxy import FAULTS, Fault, FaultProxy
 from tests.support.faults import SequenceLoad, converged
+
+LOAD_RATE = 500  # transactions a second, one in 16 of 48 KiB: about 2 MB/s of binlog
 
 
 def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
@@ -43,11 +43,11 @@ def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
                 proxy = proxies[leg]
                 proxy.arm(Fault(kind, after=rng.randint(0, 40_000), seconds=rng.uniform(0.2, 1.5),
                                 count=rng.randint(50, 1500)))
-                wait_for(lambda: not proxy.armed(), 60, f"the {leg} {kind} fault never fired")
+                wait_for(lambda proxy=proxy: not proxy.armed(), 60, f"the {leg} {kind} fault never fired")
                 if kind in ("cut", "reset"):
                     fired = proxy.fire_times[-1][1]
-                    again = wait_for(lambda: [t for t in proxy.connect_times if t > fired], 60,
-                                     f"nobody reconnected through the {leg} proxy after a {kind}")
+                    again = wait_for(lambda proxy=proxy, fired=fired: [t for t in proxy.connect_times if t > fired],
+                                     60, f"nobody reconnected through the {leg} proxy after a {kind}")
                     reconnects[leg].append(again[0] - fired)
             commits = load.stop()
         assert all(count == PROXY_FAULTS_EACH for count in upstream.fired.values()), upstream.fired

@@ -92,7 +92,8 @@ def test_no_password_in_what_the_relay_says(mariadb_factory, fault_relay, tmp_pa
     texts.append(endpoint_texts(relay))
     texts.append(str(replica.slave_status()))
 
-    broken = dict(relay.config, upstream={**relay.config["upstream"], "port": "not-a-port", "passwrd": UPSTREAM_PASSWORD})
+    broken = dict(relay.config,
+                  upstream={**relay.config["upstream"], "port": "not-a-port", "passwrd": UPSTREAM_PASSWORD})
     broken_path = tmp_path / "broken.yaml"
     broken_path.write_text(yaml.safe_dump(broken))
     check = subprocess.run([sys.executable, "-m", "relay.cli", "check-config", "--config", str(broken_path)],

@@ -10,10 +10,7 @@ from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
 from relay.sandbox.relayprocess import RelayProcess, relay_config
 from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
-    assert_same_data,
-    relay_factory,
-)
+from tests.support.replication import assert_same_data
 
 RSS_LIMIT = 200 * 1024 * 1024
 

@@ -16,9 +16,8 @@ from relay.sandbox.relayprocess import http_get
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     WriteLoad,
-    relay_factory,
     table_checksums,
     user_tables,
 )
@@ -84,7 +83,7 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
             wait_for(lambda: "into a new file of the relay's own" in relay.log_text(), 60, "no switch began")
             for _ in range(3):
                 stored = _stored_bytes(relay)
-                wait_for(lambda: _stored_bytes(relay) > stored, 60, "the relay stored nothing more")
+                wait_for(lambda stored=stored: _stored_bytes(relay) > stored, 60, "the relay stored nothing more")
                 relay.kill9()
                 relay.start()
                 relay.wait_listening()

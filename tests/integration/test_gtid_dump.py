@@ -23,14 +23,17 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import attach_replica, wait_binlog_settled
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     DUMP_SERVER_ID,
     RawClient,
     assert_same_data,
     dump_events,
+)
+from tests.support.replication import (
     gtid_dump_outcome as _outcome,
+)
+from tests.support.replication import (
     outcome_gtids as _gtids,
-    relay_factory,
 )
 
 GTID_LIST_EVENT = 163

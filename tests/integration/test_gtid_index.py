@@ -18,10 +18,9 @@ from relay.sandbox.binlogfiles import GTID_EVENT, HEADER_LEN, binlog_events
 from relay.sandbox.replication import wait_binlog_settled
 from tests.support.metrics import Scrape
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     gtid_dump_outcome,
     outcome_gtids,
-    relay_factory,
 )
 
 INDEX_DIR = "history-index"

@@ -12,11 +12,10 @@ import sys
 from relay.sandbox.compare import copy_differences, mirror_differences
 from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_binlog_settled, wait_caught_up
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     assert_healthy,
     assert_same_data,
     mixed_workload,
-    relay_factory,
 )
 
 

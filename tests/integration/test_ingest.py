@@ -6,7 +6,6 @@ import random
 import time
 from pathlib import Path
 
-
 from relay.sandbox.compare import mirror_differences
 from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess, relay_config

@@ -97,7 +97,7 @@ def test_metrics_during_replication(mariadb_factory, tmp_path):
             for _ in range(4):
                 before = kept[-1]
 
-                def moved_on() -> Scrape | None:
+                def moved_on(before: Scrape = before) -> Scrape | None:
                     now = Scrape.fetch(port)
                     if _committed(now) > _committed(before) and _xids(now) > _xids(before) \
                             and _sent(now) > _sent(before):

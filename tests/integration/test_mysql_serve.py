@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import mysql.connector
@@ -22,6 +21,7 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.ports import free_port
 from relay.sandbox.relayprocess import RelayProcess, relay_config
 from tests.support.certs import make_certs
+from tests.support.metrics import Scrape
 
 MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
 SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transactions: SOURCE:1-5
@@ -135,7 +135,7 @@ def test_mysql_clients_log_in_with_caching_sha2_password(tmp_path):
         with pytest.raises(pymysql.err.OperationalError) as refused:
             pymysql_login("rsa", "wrong", ssl_disabled=True)
         assert refused.value.args[0] == 1045
-        for attempt in range(2):  # full authentication over TLS, then the fast path
+        for _ in range(2):  # full authentication over TLS, then the fast path
             conn = mysql.connector.connect(host="127.0.0.1", port=relay.port, user="connector",
                                            password="connector-pass", ssl_ca=str(certs.ca), use_pure=True)
             assert conn.server_info == "8.0.26"
@@ -165,16 +165,20 @@ def test_a_relay_replicates_a_mysql_history_from_another_relay(tmp_path, login):
     if login == "tls":
         upstream["ssl"] = {"mode": "verify_ca", "ca": str(certs.ca)}
     b = RelayProcess(tmp_path / "b", relay_config(tmp_path / "b" / "data", a.port, server_id=1002,
-                                                  upstream=upstream))
+                                                  upstream=upstream, metrics={"port": free_port()}))
     b.start()
     try:
         b.wait_listening()
         wait_for_mirror_of(a, b)
         quiet_since = len(b.log_text())
-        deadline = time.monotonic() + 3  # six heartbeat periods with nothing to send
-        while time.monotonic() < deadline:
-            assert "reconnecting" not in b.log_text()[quiet_since:], b.log_text()[quiet_since:]
-            time.sleep(0.1)
+
+        def heartbeats(version: str) -> float:
+            return Scrape.fetch(b.metrics_port).value("binlog_relay_upstream_heartbeats_total", version=version) or 0
+
+        # six heartbeat periods with nothing to send: A keeps B's connection alive with v2 heartbeats
+        wait_for(lambda: heartbeats("2") >= 6, 10, "relay B received no heartbeat v2 from relay A")
+        assert heartbeats("1") == 0
+        assert "reconnecting" not in b.log_text()[quiet_since:], b.log_text()[quiet_since:]
     finally:
         b.stop()
         a.stop()

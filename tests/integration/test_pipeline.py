@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from pyspark.sql import SparkSession  # noqa: E402 - no skip: pyspark is in the test extra
 from pyspark.sql import functions as F  # noqa: E402
 

@@ -242,7 +242,10 @@ def test_since_until_tables_and_partitioning(spark: SparkSession, world: World) 
     assert len([t for t in items if not t[8]]) == 1  # CREATE TABLE shop.items
 
     files = world.files
-    key = lambda t: (files.index(t[2]), t[3])
+
+    def key(t):
+        return files.index(t[2]), t[3]
+
     pivot = [t for t in expected if t[8] and t[0].startswith("0-")][2]  # the MyISAM group
     assert rows_of(load(spark, world.data_dir, since=f"{pivot[2]}:{pivot[3]}")) == [
         t for t in expected if key(t) >= key(pivot)]

@@ -13,9 +13,8 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import attach_replica
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     dump_events,
-    relay_factory,
     stored_events,
 )
 

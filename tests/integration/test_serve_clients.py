@@ -18,10 +18,9 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, wait_binlog_settled
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     dump_events,
     mixed_workload,
-    relay_factory,
 )
 
 

@@ -24,10 +24,9 @@ from relay.sandbox.relayprocess import RelayProcess
 from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
 from tests.support.certs import make_certs
 from tests.support.mariadb import MariaDB
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     RawClient,
     assert_healthy,
-    relay_factory,
 )
 
 ER_CON_COUNT_ERROR = 1040
@@ -172,7 +171,7 @@ def test_tls_login_when_the_client_hello_comes_with_the_ssl_request(mariadb_fact
     assert _tls_login_in_one_segment(served.relay.port, certs.ca)
     served.still_replicates("after a TLS login in one segment")
     # PyMySQL's default (TLS when the server offers it, no CA) writes both back to back
-    for attempt in range(3):
+    for _ in range(3):
         conn = served.connect()
         try:
             assert isinstance(conn._sock, ssl.SSLSocket)  # noqa: SLF001

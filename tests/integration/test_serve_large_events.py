@@ -10,7 +10,6 @@ from relay.sandbox.replication import wait_binlog_settled
 from relay.storage.scan import BLOCK_SIZE
 from tests.integration.test_serve_clients import _binlog_command, _raw_differences
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import relay_factory  # noqa: F401 - a fixture
 
 BIG = 2 * BLOCK_SIZE  # larger than any dump's read block, below 16 MB
 

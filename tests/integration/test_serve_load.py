@@ -11,13 +11,12 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import attach_replica, wait_caught_up
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     RawClient,
     WriteLoad,
     assert_healthy,
     assert_same_data,
     mixed_workload,
-    relay_factory,
 )
 
 ROTATE_EVENT = 4
@@ -130,7 +129,7 @@ def test_replicas_reconnect_after_a_relay_restart_under_load(mariadb_factory, re
     with WriteLoad(primary) as load:
         wait_for(lambda: load.commits >= 200, 30, "the write load did not get going")
         for replica in replicas:
-            wait_for(lambda: replica.sql("SELECT COUNT(*) FROM information_schema.TABLES"
+            wait_for(lambda replica=replica: replica.sql("SELECT COUNT(*) FROM information_schema.TABLES"
                                          " WHERE TABLE_SCHEMA = 'loadtest'")[0][0] == 1, 30,
                      f"replica {replica.server_id} did not start replicating")
         log_before = len(relay.log_text())

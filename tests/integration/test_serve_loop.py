@@ -12,12 +12,11 @@ import pytest
 
 from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     assert_healthy,
     assert_same_data,
     dump_events,
     gtid_origins,
-    relay_factory,
     stored_events,
 )
 

@@ -8,11 +8,10 @@ import pytest
 from relay.sandbox.replication import FIRST_FILE, attach_replica, replica_position, wait_caught_up
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (  # noqa: F401 - relay_factory is a fixture
+from tests.support.replication import (
     assert_healthy,
     assert_same_data,
     mixed_workload,
-    relay_factory,
 )
 
 SMALL_BINLOGS = ["--max-binlog-size=16384"]

@@ -31,7 +31,7 @@ def _write_key(key: rsa.RSAPrivateKey, path: Path) -> None:
 
 def make_certs(directory: Path, common_name: str = "127.0.0.1") -> CertFiles:
     directory.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key, server_key = _key(), _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "binlog-relay test CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)

@@ -37,8 +37,8 @@ ENDPOINTS_FILE = "endpoints-at-stop.txt"  # the relay's /metrics, /healthz and /
 class SequenceLoad:
     """Transactions one after another on one connection, until stopped: transaction k inserts the row
     n = k (the primary key) into faults.seq. Every 8th carries a 48 KiB value and a second statement,
-    so a cut lands inside an event and inside a transaction often (big_every=None: none). A replica that lost a transaction
-    has fewer rows than MAX(n); one that applied one twice stops on a duplicate key."""
+    so a cut lands inside an event and inside a transaction often (big_every=None: none). A replica that
+    lost a transaction has fewer rows than MAX(n); one that applied one twice stops on a duplicate key."""
 
     def __init__(self, primary: MariaDB, big_every: int | None = 8, rate: float | None = None) -> None:
         """rate: at most this many transactions a second (None: as fast as the primary commits)."""

@@ -53,7 +53,7 @@ class Scrape:
     def require(self, name: str, **labels: str) -> float:
         value = self.value(name, **labels)
         if value is None:
-            present = sorted({f"{n}{dict(l) if l else ''}" for n, l in self.samples if n.startswith(name)})
+            present = sorted({f"{n}{dict(ls) if ls else ''}" for n, ls in self.samples if n.startswith(name)})
             raise AssertionError(f"no sample {name}{labels or ''} in the scrape; samples of that name: {present}")
         return value
 

@@ -21,16 +21,16 @@ import pytest
 from relay.binlog import events as ev
 from relay.binlog.changes import (
     Change,
-    ChangeDecoder,
     ChangeDecodeError,
+    ChangeDecoder,
     GtidRange,
     TableFilter,
     _classify,
 )
 from relay.binlog.rows import ROWS_EVENT_TYPES
+from relay.pipeline import plan as pl
 from relay.pipeline.jsonform import row_json
 from relay.pipeline.read import iter_changes
-from relay.pipeline import plan as pl
 from relay.storage.scan import iter_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rows"

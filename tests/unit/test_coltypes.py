@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from relay.binlog import coltypes as ct
 from relay.binlog import rows as rows_module
 from relay.binlog.coltypes import readers
+from relay.binlog.coltypes.readers import compiled_reader, python_body, python_run
 from relay.binlog.rows import ROWS_EVENT_TYPES, parse_rows_event
 from relay.pipeline.read import iter_changes
-from relay.binlog.coltypes.readers import compiled_reader, python_body, python_run
 
 # The compiled readers are optional for users, not for the tests (scripts/test.sh builds them):
 # a missing module fails the tests that read through them instead of skipping them.
@@ -218,7 +218,7 @@ def test_datetime2_and_timestamp2():
         "0000-00-00 00:00:00.000"
     assert read_both_ways(ct.TIMESTAMP2, 3, bytes(6)) == "0000-00-00 00:00:00.000"  # in C: no date to make
     assert read_both_ways(ct.TIMESTAMP2, 6, (1000).to_bytes(4, "big") + (5).to_bytes(3, "big")) == \
-        dt.datetime(1970, 1, 1, 0, 16, 40, 5, tzinfo=dt.timezone.utc)
+        dt.datetime(1970, 1, 1, 0, 16, 40, 5, tzinfo=dt.UTC)
 
 
 # --------------------------------------------------------------------------- strings

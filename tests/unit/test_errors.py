@@ -11,7 +11,8 @@ import relay
 from relay import errors
 
 KINDS = (errors.FatalError, errors.RetryableError, errors.Refusal, errors.InputError)
-# Not the relay's: the sandbox (the demo and the throw-away servers of the tests and benchmarks) reports its own failures.
+# Not the relay's: the sandbox (the demo and the throw-away servers of the tests and benchmarks) reports its
+# own failures.
 OUTSIDE = ("relay.sandbox",)
 
 

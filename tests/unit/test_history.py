@@ -487,7 +487,8 @@ def _groups_walked(data_dir: Path, names: list[str]) -> list[tuple[str, int, int
             if etype == ev.GTID_EVENT:
                 seq, domain = struct.unpack_from("<QI", data, pos + ev.HEADER_LEN)
                 opened = (pos, f"{domain}-{int.from_bytes(data[pos + 5 : pos + 9], 'little')}-{seq}")
-            elif opened and (etype == ev.XID_EVENT or (etype == ev.QUERY_EVENT and b"\0BEGIN" not in data[pos:pos + length])):
+            elif opened and (etype == ev.XID_EVENT
+                             or (etype == ev.QUERY_EVENT and b"\0BEGIN" not in data[pos:pos + length])):
                 out.append((name, opened[0], pos + length, opened[1], int.from_bytes(data[pos : pos + 4], "little")))
                 opened = None
             pos += length

@@ -27,8 +27,14 @@ from hypothesis import strategies as st
 
 from relay.binlog import coltypes as ct
 from relay.pipeline import jsonform
-from relay.pipeline.jsonform import (compile_encoder, compiled_encoder, python_encoder, row_json, row_json_general,
-                                     value_json)
+from relay.pipeline.jsonform import (
+    compile_encoder,
+    compiled_encoder,
+    python_encoder,
+    row_json,
+    row_json_general,
+    value_json,
+)
 from relay.pipeline.read import iter_changes
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -108,7 +114,7 @@ TEXTS = ["", "plain", 'quote " and \\ backslash', "\x00\x01\x1f\x7f", "\n\r\t\b\
 BYTES = [b"", b"\x00\xff", bytearray(b"ab"), memoryview(b"xyz"), bytes(range(256))]
 DATETIMES = [dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999), dt.datetime(2024, 2, 29, 12),
              dt.datetime(2024, 2, 29, 12, 0, 0, 1), dt.datetime(2024, 2, 29, 12, 0, 0, 100000),
-             dt.datetime(2024, 2, 29, 12, tzinfo=dt.timezone.utc),
+             dt.datetime(2024, 2, 29, 12, tzinfo=dt.UTC),
              dt.datetime(2024, 2, 29, 12, 0, 0, 5, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))),
              dt.datetime(1970, 1, 1, tzinfo=dt.timezone(-dt.timedelta(hours=8))),
              "0000-00-00 00:00:00", "0000-00-00 00:00:00.000000", "2024-00-15 01:02:03.5"]
@@ -231,7 +237,7 @@ def test_equal_values_with_different_text_keep_their_own() -> None:
                   if tm.column_types[i] == ct.TIMESTAMP2 and tm.column_meta[i] == 0)
     tm, image, i = stamps
     name = tm.column_names[i]
-    utc = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone.utc)
+    utc = dt.datetime(2024, 1, 1, 12, tzinfo=dt.UTC)
     same_instant = utc.astimezone(dt.timezone(dt.timedelta(hours=2)))  # == utc: the same UTC text
     texts = [json.loads(row_json({**image, name: v}, tm))[name] for v in (utc, same_instant, None, utc)]
     assert texts == ["2024-01-01 12:00:00", "2024-01-01 12:00:00", None, "2024-01-01 12:00:00"]
@@ -321,8 +327,8 @@ def test_compiled_encoder_edge_values_as_the_python_encoder() -> None:
                 row = dict(image)
                 row[name] = value
                 before = len(handed)
-                assert outcome(lambda r, _: compiled(r), row, tm) == outcome(lambda r, _: python(r), row, tm), \
-                    (tm.table, name, value)
+                assert (outcome(lambda r, _, encode=compiled: encode(r), row, tm)
+                        == outcome(lambda r, _, encode=python: encode(r), row, tm)), (tm.table, name, value)
                 checked += 1
                 written += len(handed) == before
     assert checked > 2500 and written > checked // 2
@@ -348,7 +354,7 @@ def test_compiled_encoder_escapes_strings_as_json(texts: list[str], nulled: int)
     got = compiled(row)
     assert got == python(row) == row_json_general(row, tm)
     assert len(handed) == before  # written by the compiled encoder itself
-    for name, text in zip(names, texts):
+    for _, text in zip(names, texts):
         assert json.dumps(text, ensure_ascii=False) in got
     renamed = dataclasses.replace(tm, column_names=tuple(texts[nulled] + n for n in tm.column_names))
     row = dict(zip(renamed.column_names, row.values()))

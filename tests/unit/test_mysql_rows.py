@@ -172,7 +172,7 @@ def test_invisible_columns_values_and_visibility():
         images += [img for img in (c.before, c.after) if img is not None]
     assert len(images) == len(theirs)
     for mine, text in zip(images, theirs):
-        for k, (value, at) in enumerate(zip(mine.values(), text)):
+        for value, at in zip(mine.values(), text):
             shown = at.split("=", 1)[1]
             if value is None:
                 assert shown == "NULL"

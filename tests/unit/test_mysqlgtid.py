@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.mysqlgtid import (ExcludedGroups, GtidSet, MysqlGtid, MysqlGtidError, Tsid, gtid_of_event,
-                                    previous_gtids)
+from relay.binlog.mysqlgtid import (
+    ExcludedGroups,
+    GtidSet,
+    MysqlGtid,
+    MysqlGtidError,
+    Tsid,
+    gtid_of_event,
+    previous_gtids,
+)
 from tests.support.binlogs import file_events
 
 MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
@@ -92,8 +99,9 @@ def test_a_heartbeat_moves_the_replica_past_what_was_left_out(v2):
     gtids = [gtid_of_event(e) for e in events if e[4] == ev.GTID_LOG_EVENT]
     has = GtidSet()
     has.add(gtids[0])
-    stream = OutboundStream(DumpOptions(1001, None, True, True, heartbeat_v2=v2), file="binlog-invisible-columns.000001",
-                            checksum_alg=ev.CHECKSUM_CRC32, excluded=ExcludedGroups(has))
+    stream = OutboundStream(DumpOptions(1001, None, True, True, heartbeat_v2=v2),
+                            file="binlog-invisible-columns.000001", checksum_alg=ev.CHECKSUM_CRC32,
+                            excluded=ExcludedGroups(has))
     end = offsets_events[-1][0] + len(offsets_events[-1][1])
     sent = stream.filter(events, end)
     second_gtid_at = next(o for o, e in offsets_events if e[4] == ev.GTID_LOG_EVENT and gtid_of_event(e) == gtids[1])

@@ -1,7 +1,8 @@
 """What a dump sends: the loop filter and the one-pass block framer, on a real MariaDB binlog."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.binlog import outbound
@@ -154,7 +155,8 @@ def test_gtid_dump_skips_groups_the_replica_has_and_announces_where_it_starts(ha
     # Right before the first group sent: an artificial GTID_LIST naming the replica's GTID, with
     # the position where its group ends.
     header = ev.EventHeader.parse(fake)
-    assert (header.event_type, header.flags, header.log_pos) == (ev.GTID_LIST_EVENT, ev.LOG_EVENT_ARTIFICIAL_F, next_offset)
+    assert (header.event_type, header.flags, header.log_pos) == (
+        ev.GTID_LIST_EVENT, ev.LOG_EVENT_ARTIFICIAL_F, next_offset)
     assert ev.checksum_matches(fake)
     assert [(g.domain_id, g.server_id, g.seq_no) for g in ev.parse_gtid_list(fake)] == [
         (wanted.domain_id, wanted.server_id, wanted.seq_no)]

@@ -3,10 +3,19 @@
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.protocol.packets import (
-    MAX_CHUNK, PacketReader, ProtocolError, build_err, build_ok, frame, lenenc_int, parse_err, parse_ok,
+    MAX_CHUNK,
+    PacketReader,
+    ProtocolError,
+    build_err,
+    build_ok,
+    frame,
+    lenenc_int,
+    parse_err,
+    parse_ok,
     read_lenenc_int,
 )
 

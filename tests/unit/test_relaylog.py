@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker

@@ -4,7 +4,8 @@ StoredFile lists (no disk, no clock)."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.storage.retention import (
     RetentionPolicy,

@@ -166,7 +166,7 @@ def check_value(spec: dict, tm: TableMap, idx: int, expected, got) -> None:
         assert isinstance(got, str) or got.tzinfo is None
         assert datetime_text(got, spec["fsp"]) == expected
     elif kind == "timestamp":
-        assert isinstance(got, str) or got.tzinfo == dt.timezone.utc
+        assert isinstance(got, str) or got.tzinfo == dt.UTC
         assert datetime_text(got, spec["fsp"]) == expected
     elif kind == "time":
         assert time_text(got, spec["fsp"]) == expected
@@ -270,7 +270,7 @@ def test_decoded_rows_match_server(variant):
         (kind,) = kinds
         rows = got.rows
         assert len(rows) == len(want["changes"]), where
-        key = (lambda r: row_id(tm, r[0])) if kind == "update" else (lambda r: row_id(tm, r))
+        key = (lambda r, tm=tm: row_id(tm, r[0])) if kind == "update" else (lambda r, tm=tm: row_id(tm, r))
         for row, change in zip(sorted(rows, key=key), want["changes"]):
             w = f"{where} id {change['id']}"
             check_presence(variant, tm, kind, change, row)
@@ -357,7 +357,7 @@ def test_temporal_representations():
     stmt = next(s for s in decoded_statements("full") if s.table_map.table == "temporal")
     rows = {r["id"]: r for r in stmt.rows}
     assert rows[1]["t0"] == -dt.timedelta(hours=838, minutes=59, seconds=59)
-    assert rows[1]["ts6"] == dt.datetime(1970, 1, 1, 0, 0, 1, 555555, tzinfo=dt.timezone.utc)
+    assert rows[1]["ts6"] == dt.datetime(1970, 1, 1, 0, 0, 1, 555555, tzinfo=dt.UTC)
     assert rows[4]["dd"] == "0000-00-00" and rows[4]["dt3"] == "0000-00-00 00:00:00.000"
     assert rows[4]["ts0"] == "0000-00-00 00:00:00"
     assert rows[5]["dd"] == "2024-00-15"
@@ -468,14 +468,42 @@ def test_truncated_rows_events_raise_row_decode_error(variant):
             assert ev.rows == full[:len(ev.rows)]
 
 
+def _fixed_part_end(body: bytes) -> int:
+    """Where a TABLE_MAP body's required fields end (after the NULL bitmap): read here by
+    hand, so that the test does not lean on the parser it checks."""
+    pos = 8  # table id (6) and flags (2)
+    pos += 1 + body[pos] + 1  # database name, NUL
+    pos += 1 + body[pos] + 1  # table name, NUL
+    columns = body[pos]  # fewer than 251 columns in the fixtures: a one-byte length
+    assert columns < 251
+    pos += 1 + columns
+    meta_length = body[pos]
+    assert meta_length < 251
+    pos += 1 + meta_length
+    return pos + (columns + 7) // 8
+
+
 def test_truncated_table_maps_raise_row_decode_error():
+    """A cut inside the required fields is an error that says where; past them (the optional
+    metadata) a cut at a field boundary may still parse, and then names the same table and
+    columns, otherwise it is the same error."""
     log = read_binlog("full.binlog")
-    for body in {e.body for e in log.events if e.type == 19}:
+    bodies = {e.body for e in log.events if e.type == 19}
+    assert len(bodies) > 5
+    for body in bodies:
+        whole = parse_table_map(body)
+        fixed_end = _fixed_part_end(body)
         for cut in range(len(body)):
             try:
-                parse_table_map(body[:cut])
-            except RowDecodeError:
-                pass  # a cut at a metadata field boundary may still parse
+                partial = parse_table_map(body[:cut])
+            except RowDecodeError as error:
+                assert str(error).split(": ")[-2:][0].startswith("bad TABLE_MAP event") or \
+                    "bad TABLE_MAP event" in str(error), str(error)
+                assert error.offset is not None and error.offset <= cut, (cut, error.offset)
+                continue
+            assert cut >= fixed_end, f"a cut at {cut} inside the required fields (to {fixed_end}) parsed"
+            assert (partial.table_id, partial.database, partial.table, partial.column_types) == (
+                whole.table_id, whole.database, whole.table, whole.column_types)
 
 
 @cache
@@ -487,14 +515,24 @@ def small_rows_events() -> tuple:
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_corrupted_rows_events_fail_cleanly(data):
+    """One byte of a rows event changed: it decodes to rows of the right table, or fails with
+    RowDecodeError naming that table; nothing else escapes."""
     etype, body, tm, phl = data.draw(st.sampled_from(small_rows_events()))
     pos = data.draw(st.integers(0, len(body) - 1))
     corrupted = bytearray(body)
     corrupted[pos] = data.draw(st.integers(0, 255))
     try:
-        parse_rows_event(etype, bytes(corrupted), tm, phl)
-    except RowDecodeError:
-        pass
+        decoded = parse_rows_event(etype, bytes(corrupted), tm, phl)
+    except RowDecodeError as error:
+        if error.table is not None:
+            assert (error.database, error.table) == (tm.database, tm.table)
+            assert f"{tm.database}.{tm.table}" in str(error)
+        else:
+            assert str(error), "an error without a message"
+        return
+    assert (decoded.database, decoded.table) == (tm.database, tm.table)
+    images = [image for row in decoded.rows for image in (row if isinstance(row, tuple) else (row,))]
+    assert decoded.rows and all(set(image) <= set(tm.column_names) for image in images)
 
 
 def test_error_names_table_column_type_and_offset():
@@ -649,15 +687,20 @@ def test_rows_of_a_statement_sharing_a_timestamp_share_its_value():
     body = (b"\x01\x00\x00\x00\x00\x00" + b"\x00\x00" + b"\x01d\x00" + b"\x01t\x00" + b"\x03" + types
             + bytes([len(meta)]) + meta + b"\x06")
     tm = parse_table_map(body, 8)
-    dt2 = lambda y, us: ((((y * 13 + 5) << 5 | 6) << 17 | (7 << 12 | 8 << 6 | 9)) + 0x8000000000).to_bytes(5, "big") \
-        + us.to_bytes(3, "big")
-    ts2 = lambda secs, us: secs.to_bytes(4, "big") + (us // 100).to_bytes(2, "big")
+
+    def dt2(y, us):
+        return ((((y * 13 + 5) << 5 | 6) << 17 | (7 << 12 | 8 << 6 | 9)) + 0x8000000000).to_bytes(5, "big") \
+            + us.to_bytes(3, "big")
+
+    def ts2(secs, us):
+        return secs.to_bytes(4, "big") + (us // 100).to_bytes(2, "big")
+
     values = [(2024, 1, 1000, 100), (2024, 1, 1000, 100), (2024, 2, 1000, 100), (2025, 2, 0, 0)]
     data = b"".join(b"\x00" + struct.pack("<i", n) + dt2(y, us) + ts2(secs, us2)
                     for n, (y, us, secs, us2) in enumerate(values))
     rows_body = b"\x01\x00\x00\x00\x00\x00" + b"\x00\x00" + b"\x03" + b"\x07" + data
     got = parse_rows_event(23, rows_body, tm, 8).rows
-    utc = dt.timezone.utc
+    utc = dt.UTC
     assert [r["col_1"] for r in got] == [dt.datetime(2024, 5, 6, 7, 8, 9, 1), dt.datetime(2024, 5, 6, 7, 8, 9, 1),
                                          dt.datetime(2024, 5, 6, 7, 8, 9, 2), dt.datetime(2025, 5, 6, 7, 8, 9, 2)]
     assert [r["col_2"] for r in got] == [dt.datetime(1970, 1, 1, 0, 16, 40, 100, tzinfo=utc)] * 3 \

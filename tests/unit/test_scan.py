@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.storage import scan
@@ -29,7 +30,8 @@ def _typed_walk(data: bytes, types: bytes, block_size: int) -> list[tuple[int, b
 
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("block_size", [64, 200, 4096, 1 << 20])  # 64 and 200: events larger than a block
-@pytest.mark.parametrize("wanted", [(ev.GTID_EVENT,), (ev.XID_EVENT, ev.QUERY_EVENT), (ev.FORMAT_DESCRIPTION_EVENT,), ()])
+@pytest.mark.parametrize("wanted",
+                         [(ev.GTID_EVENT,), (ev.XID_EVENT, ev.QUERY_EVENT), (ev.FORMAT_DESCRIPTION_EVENT,), ()])
 def test_the_typed_walk_finds_what_the_full_walk_finds(loop, block_size, wanted, monkeypatch):
     select_loop(loop, monkeypatch, scan, "_compiled_find")
     types = event_types(*wanted)

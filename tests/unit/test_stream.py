@@ -8,7 +8,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.binlog import stream as stream_module
@@ -207,7 +208,8 @@ def test_receive_joins_an_event_of_more_than_16_mb(scan_loop):
         raw += data
     end = len(BINLOG)
     # a 17 MB ROTATE-sized event is unrealistic; a big QUERY (DDL) is a group of its own
-    body = struct.pack("<IIBHH", 1, 0, 0, 0, 0) + b"\x00" + b"CREATE TABLE x (a INT) COMMENT '" + b"c" * (17 << 20) + b"'"
+    body = (struct.pack("<IIBHH", 1, 0, 0, 0, 0) + b"\x00"
+            + b"CREATE TABLE x (a INT) COMMENT '" + b"c" * (17 << 20) + b"'")
     length = ev.HEADER_LEN + len(body) + 4
     query = ev.with_checksum(ev.HEADER.pack(5, ev.QUERY_EVENT, 7, length, end + length, 0) + body)
     data, seq = frame(b"\x00" + query, seq)

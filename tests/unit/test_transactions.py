@@ -252,7 +252,10 @@ def test_plan_since_until_over_a_data_dir(tmp_path: Path) -> None:
     assert everything == read(pl.plan_ranges(data))  # ranges cut at group ends lose nothing
     assert [t.file for t in everything] == sorted(t.file for t in everything)
     assert len({t.file for t in everything}) == 3
-    key = lambda t: (files.index(t.file), t.pos)
+
+    def key(t):
+        return files.index(t.file), t.pos
+
     pivot = everything[len(everything) // 2]
     since = read(pl.plan_ranges(data, since=pl.parse_bound(f"{pivot.file}:{pivot.pos + 1}")))
     assert since == [t for t in everything if key(t) > key(pivot)]  # from the next group

@@ -4,10 +4,11 @@ inline plan and a registry entry; the Truncated error; length prefixes and lenen
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Literal, NamedTuple
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
-from ...protocol.packets import ProtocolError, read_lenenc_int
 from ...errors import InputError
+from ...protocol.packets import ProtocolError, read_lenenc_int
 from .codes import type_name
 
 # dec(buf, pos) -> (value, next pos). One is built per column when a table map is parsed, with

@@ -4,7 +4,8 @@ and the bytes -> value converter of a character column."""
 from __future__ import annotations
 
 import codecs
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 BINARY_CHARSET = 63
 

@@ -7,8 +7,9 @@ pre-5.0 DECIMAL (type 0, digits as text) is not decoded: its columns raise when 
 from __future__ import annotations
 
 import decimal
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 from .base import BOTH, R_DECIMAL, ColumnType, Compiled, Decoder, Inline, need, not_supported
 from .codes import DECIMAL, NEWDECIMAL
@@ -126,7 +127,7 @@ def _decimal_plan(precision: int, scale: int) -> Inline | None:
 
     def render(v: str, t: list[str], c: str) -> list[str]:
         lines, names, it = [], [], iter(t)
-        for i, (nbytes, _) in enumerate(groups):
+        for nbytes, _ in groups:
             if nbytes == 3:
                 hi, lo = next(it), next(it)
                 lines.append(f"{hi} = {hi} << 16 | {lo}")

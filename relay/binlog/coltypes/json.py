@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .base import ColumnType, Decoder, length_prefixed, lenenc_at, meta_byte, need, prefixed, u16
+from .base import ColumnType, Decoder, lenenc_at, length_prefixed, meta_byte, need, prefixed, u16
 from .codes import DATE, DATETIME, JSON, NEWDECIMAL, TIME, TIMESTAMP
 from .decimal import decode_decimal
 from .temporal import datetime_or_text, packed_time

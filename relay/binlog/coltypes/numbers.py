@@ -15,10 +15,26 @@ YEAR                   int: 1900 + n, and 0 for the zero year ``0000``.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .base import (BOTH, MARIADB, R_DOUBLE, R_FLOAT, R_INT, R_UINT, R_YEAR, Column, ColumnType, Decoder, Inline,
-                   inline_same, meta_byte, u24, uint_decoder)
+from .base import (
+    BOTH,
+    MARIADB,
+    R_DOUBLE,
+    R_FLOAT,
+    R_INT,
+    R_UINT,
+    R_YEAR,
+    Column,
+    ColumnType,
+    Decoder,
+    Inline,
+    inline_same,
+    meta_byte,
+    u24,
+    uint_decoder,
+)
 from .codes import BIT, DOUBLE, FLOAT, INT24, LONG, LONGLONG, SHORT, TINY, YEAR
 
 _s24 = struct.Struct("<Hb").unpack_from  # (lo16, signed hi8)

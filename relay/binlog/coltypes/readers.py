@@ -10,13 +10,14 @@ cannot read plainly handed, from its first byte, to the generated Python reader 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .base import R_CALL, Inline, Truncated, inline_same
 from .registry import INLINE_GLOBALS, compiled_kind, inline_plan
 
 try:
-    from . import _rowread
+    import relay.binlog.coltypes._rowread as _rowread
 except ImportError:  # not built (no C compiler where the package was installed): Python only
     _rowread = None
 
@@ -61,7 +62,7 @@ def compiled_reader(tm: TableMap, idx: tuple[int, ...], nulls: int | None, fallb
         kind = compiled_kind(tm.column_types[i], tm.column_meta[i], unsigned=unsigned[i], charset=charsets[i])
         columns.append((R_CALL, 0, 0, tm.decoders[i]) if kind is None else kind)
     pattern = None if nulls is None else bytes(nulls >> k & 1 for k in range(len(idx)))
-    return _rowread.Reader(run, tuple(tm.column_names[i] for i in idx), tuple(columns), pattern,  # type: ignore[union-attr]
+    return _rowread.Reader(run, tuple(tm.column_names[i] for i in idx), tuple(columns), pattern,
                            fallback)
 
 

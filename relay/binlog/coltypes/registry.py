@@ -4,7 +4,8 @@ parser and the row readers reach the types through (sans-IO)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import decimal, json, numbers, strings, temporal
 from .base import Column, ColumnType, Compiled, Decoder, Inline, not_supported

@@ -21,10 +21,30 @@ GEOMETRY               bytes as stored: 4-byte little-endian SRID followed by th
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .base import (BOTH, MARIADB, MYSQL, R_BYTES, R_CODEC, R_CONVERT, R_UTF8, Column, ColumnType, Compiled, Decoder,
-                   Inline, length_prefixed, meta_byte, need, prefix_unpacker, prefixed, u16, uint_decoder)
+from .base import (
+    BOTH,
+    MARIADB,
+    MYSQL,
+    R_BYTES,
+    R_CODEC,
+    R_CONVERT,
+    R_UTF8,
+    Column,
+    ColumnType,
+    Compiled,
+    Decoder,
+    Inline,
+    length_prefixed,
+    meta_byte,
+    need,
+    prefix_unpacker,
+    prefixed,
+    u16,
+    uint_decoder,
+)
 from .charsets import BINARY_CHARSET, charset_codec, text_converter
 from .codes import BLOB_TYPES, ENUM, GEOMETRY, SET, STRING, VAR_STRING, VARCHAR, VECTOR
 

@@ -23,16 +23,29 @@ from __future__ import annotations
 
 import datetime as _dt
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .base import (R_DATE, R_DATETIME2, R_TIMESTAMP2, Column, ColumnType, Compiled, Decoder, Inline, meta_byte,
-                   need, u24, u32)
+from .base import (
+    R_DATE,
+    R_DATETIME2,
+    R_TIMESTAMP2,
+    Column,
+    ColumnType,
+    Compiled,
+    Decoder,
+    Inline,
+    meta_byte,
+    need,
+    u24,
+    u32,
+)
 from .codes import DATE, DATETIME, DATETIME2, NEWDATE, TIME, TIME2, TIMESTAMP, TIMESTAMP2
 
 _s24 = struct.Struct("<Hb").unpack_from  # (lo16, signed hi8)
 _u64 = struct.Struct("<Q").unpack_from
 
-UTC = _dt.timezone.utc
+UTC = _dt.UTC
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=UTC)
 _timedelta = _dt.timedelta
 _datetime = _dt.datetime
