@@ -8,11 +8,11 @@ primary handing out the same binlog to the same client.
 measures itself more than the server.  Here each client (bench/rawclient.py) is a thread of this process speaking the
 dump protocol on a blocking socket: it logs in with the relay's own sans-IO client
 (``relay.protocol.client``), declares CRC32 checksums, asks for a non-blocking COM_BINLOG_DUMP (with
-annotations, as a replica asks) of the whole binlog (first file, position 4) and then ``recv_into``s a 1 MiB buffer until it has the
-number of bytes that source sends for the whole binlog, ending in its EOF packet.  That number is
-learnt per source by one download that parses every packet (not timed: every packet must be an
-event, the last one the EOF, and the events must be the binlog's), so the timed loop does no
-per-packet work at all.
+annotations, as a replica asks) of the whole binlog (first file, position 4) and then ``recv_into``s
+a 1 MiB buffer until it has the number of bytes that source sends for the whole binlog, ending in
+its EOF packet.  That number is learnt per source by one download that parses every packet (not
+timed: every packet must be an event, the last one the EOF, and the events must be the binlog's),
+so the timed loop does no per-packet work at all.
 
 Per client count (``--clients``, default 1,10,50,100), ``--rounds`` times alternating relay and
 primary: all clients start together (a barrier); the time is to the last client's end.
@@ -35,9 +35,28 @@ from relay.sandbox.mariadb import LocalMariaDB
 from relay.sandbox.procfs import status_kib
 from relay.sandbox.relayprocess import RelayProcess
 
-from .common import (GOAL_RATIO, PRIMARY, RELAY, BenchError, add_primary_options, cpu_seconds, git_commit, log,
-                     machine_info, median, mib, print_results, require_programs, reset_peak_rss, run_main,
-                     server_version, start_bench_relay, stop_relay, table, wait_stored)
+from .common import (
+    GOAL_RATIO,
+    PRIMARY,
+    RELAY,
+    BenchError,
+    add_primary_options,
+    cpu_seconds,
+    git_commit,
+    log,
+    machine_info,
+    median,
+    mib,
+    print_results,
+    require_programs,
+    reset_peak_rss,
+    run_main,
+    server_version,
+    start_bench_relay,
+    stop_relay,
+    table,
+    wait_stored,
+)
 from .ingest import finish_primary, measured_binlog, prepare_primary
 from .rawclient import parsed_download, raw_download
 
@@ -164,9 +183,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     runs.append(record)
                     rss = record["relay_peak_rss_mib"]
                     log(f"{clients:3d} client(s) from the {source:7s} (round {round_no}): {record['seconds']:.2f} s, "
-                        f"{record['aggregate_mib_per_s']:.0f} MiB/s, server CPU {record['server_cpu_s_per_gib']:.2f} s/GiB"
+                        f"{record['aggregate_mib_per_s']:.0f} MiB/s, "
+                        f"server CPU {record['server_cpu_s_per_gib']:.2f} s/GiB"
                         + (f", peak RSS {rss:.0f} MiB" if rss else ""))
-        return {"primary": {"version": server_version(primary)}, "relay": {"commit": git_commit(), "ingest_s": ingest_s},
+        return {"primary": {"version": server_version(primary)},
+                "relay": {"commit": git_commit(), "ingest_s": ingest_s},
                 "binlog": {"files": len(files), "bytes": total, "mib": mib(total), "events": events},
                 "calibration": calibration, "machine": machine_info(), "rounds": args.rounds,
                 "clients": args.clients, "runs": runs, "summary": summarize(runs, args.clients)}
@@ -190,12 +211,14 @@ def report(results: dict[str, Any]) -> str:
     head = summary["headline"]
     binlog, machine = results["binlog"], results["machine"]
     return "\n".join([
-        f"Serve capacity: raw dump clients (discarding), whole binlog of {binlog['mib']:.0f} MiB / {binlog['events']:,} "
-        f"events from the relay ({results['relay']['commit']}) and from MariaDB {results['primary']['version']}; "
+        f"Serve capacity: raw dump clients (discarding), whole binlog of {binlog['mib']:.0f} MiB / "
+        f"{binlog['events']:,} events from the relay ({results['relay']['commit']}) and from MariaDB "
+        f"{results['primary']['version']}; "
         f"{machine['cpus']} CPUs, load {machine['loadavg'][0]:.2f}",
         table(["source, clients", "runs", "MiB/s", "range", "server CPU s/GiB", "clients CPU s", "relay peak RSS MiB",
                "ratio"], rows),
-        f"Lowest ratio {head['min_ratio']:.2f} (goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'}); "
+        f"Lowest ratio {head['min_ratio']:.2f} (goal >= {head['goal']:.1f}: "
+        f"{'met' if head['goal_met'] else 'NOT met'}); "
         f"relay peak RSS at {max(results['clients'])} clients {head['peak_rss_mib_at_most_clients']:.0f} MiB "
         f"(goal <= 150: {'met' if head['rss_goal_met'] else 'NOT met'})",
     ])

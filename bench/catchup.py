@@ -31,9 +31,27 @@ from relay.sandbox.ports import LOOPBACK
 from relay.sandbox.relayprocess import RelayProcess
 from relay.sandbox.replication import replica_note
 
-from .common import (GOAL_RATIO, PRIMARY, RELAY, BenchError, add_primary_options, cpu_seconds, git_commit, log,
-                     machine_info, median, mib, print_results, require_programs, run_main, server_version,
-                     start_bench_relay, stop_relay, table, wait_stored)
+from .common import (
+    GOAL_RATIO,
+    PRIMARY,
+    RELAY,
+    BenchError,
+    add_primary_options,
+    cpu_seconds,
+    git_commit,
+    log,
+    machine_info,
+    median,
+    mib,
+    print_results,
+    require_programs,
+    run_main,
+    server_version,
+    start_bench_relay,
+    stop_relay,
+    table,
+    wait_stored,
+)
 from .ingest import finish_primary, measured_binlog, prepare_primary
 
 POLL = 0.02
@@ -140,7 +158,8 @@ def report(results: dict[str, Any]) -> str:
         f"events) from the relay ({results['relay']['commit']}) and from MariaDB {results['primary']['version']}; "
         f"{machine['cpus']} CPUs, load {machine['loadavg'][0]:.2f}",
         table(["source", "runs", "seconds", "MiB/s", "range", "server CPU s", "replica CPU s", "ratio"], rows),
-        f"relay / primary = {head['ratio']:.2f} (goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'})",
+        f"relay / primary = {head['ratio']:.2f} "
+        f"(goal >= {head['goal']:.1f}: {'met' if head['goal_met'] else 'NOT met'})",
     ])
 
 

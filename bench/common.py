@@ -139,10 +139,13 @@ def binlog_bytes(server: LocalMariaDB) -> int:
     return sum(size for _, size in server.binlog_files())
 
 
-def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4) -> None:
+def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4, *, stop_short: bool = False) -> None:
     """Fill the binlog with sysbench oltp_write_only until it holds ``target_mib`` MiB: the
     tables are prepared with bulk INSERTs (4 x 100k rows), then write-only transactions
-    (two UPDATEs, a DELETE, an INSERT each) run in 20 s rounds (a few minutes for 600 MiB)."""
+    (two UPDATEs, a DELETE, an INSERT each) run in 20 s rounds (a few minutes for 600 MiB).
+    ``stop_short``: the rounds shrink as the binlog nears the target (to 0.8 of what the last
+    round's rate says is left, 1 s at least), so it ends a few MiB past it instead of up to a
+    round's worth: for a binlog that must stay in one file below max_binlog_size."""
     require_programs("sysbench")
     sysbench = ["sysbench", "--db-driver=mysql", f"--mysql-host={LOOPBACK}", f"--mysql-port={server.port}",
                 "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
@@ -150,8 +153,15 @@ def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4) -> 
     started = time.monotonic()
     _run_quietly([*sysbench, "--threads=2", "oltp_write_only", "prepare"])
     log(f"sysbench prepare: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
-    while binlog_bytes(server) < target_mib * MIB:
-        _run_quietly([*sysbench, f"--threads={threads}", "--time=20", "oltp_write_only", "run"])
+    target = target_mib * MIB
+    rate = 0.0  # bytes a second of the last round
+    while (size := binlog_bytes(server)) < target:
+        seconds = 20
+        if stop_short and rate:
+            seconds = max(1, min(seconds, int(0.8 * (target - size) / rate)))
+        round_started = time.monotonic()
+        _run_quietly([*sysbench, f"--threads={threads}", f"--time={seconds}", "oltp_write_only", "run"])
+        rate = (binlog_bytes(server) - size) / (time.monotonic() - round_started)
     log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
 
 

@@ -46,8 +46,8 @@ from .common import (
     REPO_ROOT,
     BenchError,
     BinlogFile,
-    add_primary_options,
     Measured,
+    add_primary_options,
     binlog_bytes,
     check_copy,
     fill_sql,
@@ -296,8 +296,10 @@ def summarize_pstats(path: Path, top: int = 25) -> str:
 # ================================================================ the primary
 
 
-def prepare_primary(args: argparse.Namespace) -> LocalMariaDB:
-    """The sandbox primary, started, its binlog at least --min-mb (or filled to --size-mb) and settled."""
+def prepare_primary(args: argparse.Namespace, *, one_file: bool = False) -> LocalMariaDB:
+    """The sandbox primary, started, its binlog at least --min-mb (or filled to --size-mb) and settled.
+    ``one_file``: a sysbench fill stops short of the target (fill_sysbench), for a binlog that must
+    stay in its first file (--max-binlog-size above --size-mb)."""
     primary = sandbox_primary(args)
     primary.extra_args = [f"--max-binlog-size={args.max_binlog_size}"]
     if args.reuse and primary.initialised:
@@ -316,7 +318,7 @@ def prepare_primary(args: argparse.Namespace) -> LocalMariaDB:
         fill_sql(primary, args.size_mb)
     else:
         log(f"filling the binlog to {args.size_mb} MiB with sysbench oltp_write_only (a few minutes)")
-        fill_sysbench(primary, args.size_mb)
+        fill_sysbench(primary, args.size_mb, stop_short=one_file)
     wait_binlog_settled(primary)
     return primary
 

@@ -35,8 +35,18 @@ from relay.sandbox.ports import LOOPBACK
 from relay.sandbox.relayprocess import RELAY_SERVER_ID, RelayProcess
 from relay.sandbox.replication import replica_note
 
-from .common import (BenchError, fresh_dir, git_commit, log, machine_info, print_results, run_main,
-                     start_bench_relay, stop_relay, table)
+from .common import (
+    BenchError,
+    fresh_dir,
+    git_commit,
+    log,
+    machine_info,
+    print_results,
+    run_main,
+    start_bench_relay,
+    stop_relay,
+    table,
+)
 
 DIRECT = "direct"
 WARMUP_COMMITS = 5

@@ -28,13 +28,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-from relay.sandbox.mariadb import LocalMariaDB, REPL_PASSWORD, REPL_USER
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
 from relay.sandbox.procfs import status_kib
 
-from .common import (MARIADB_BINLOG, MIB, REPO_ROOT, BenchError, check_copy,
-                     fresh_dir, log, machine_info, median, mib, primary_binlogs, print_results, require_programs,
-                     run_main, run_measured, sandbox_primary, server_version, settle, start_bench_relay,
-                     stop_relay, table, wait_stored)
+from .common import (
+    MARIADB_BINLOG,
+    MIB,
+    REPO_ROOT,
+    BenchError,
+    check_copy,
+    fresh_dir,
+    log,
+    machine_info,
+    median,
+    mib,
+    primary_binlogs,
+    print_results,
+    require_programs,
+    run_main,
+    run_measured,
+    sandbox_primary,
+    server_version,
+    settle,
+    start_bench_relay,
+    stop_relay,
+    table,
+    wait_stored,
+)
 from .ingest import child_env, finish_primary
 
 GOAL_MIB = 200 * 1e6 / MIB  # 200 MB

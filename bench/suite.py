@@ -1,7 +1,8 @@
 """The benchmark suite: every scenario in one run, written up as BENCHMARKS.md (tables with the
 ratio against MariaDB, the machine, pictures) and one JSON.
 
-    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest,memory,decode] [--out DIR] [--reuse]
+    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest,memory,decode,gtidstart,search] [--out DIR]
+                           [--reuse]
     python3 -m bench.suite --smoke --out /tmp/x     # tiny sizes, seconds: proves the code runs
 
 Scenarios (each module's own docstring says how it measures; all alternate relay and MariaDB
@@ -12,8 +13,10 @@ in one run):
   ingest    bench/ingest.py    the relay fetching the binlog vs mariadb-binlog --raw (and a discard reader)
   memory    bench/memory.py    peak RSS ingesting and exporting one 1 GB transaction
   decode    bench/decode.py    row decoding and the export's JSON form vs python-mysql-replication
+  gtidstart bench/gtidstart.py GTID replicas starting near the end of a 1 GiB file: first event, storms
 capacity, catchup and ingest share one sandbox primary (filled once by sysbench; ``--reuse``
-keeps it for the next run).  Pictures (matplotlib, the ``bench`` extra): throughput per client
+keeps it for the next run); memory and gtidstart have their own (gtidstart: one 1 GiB binlog
+file).  Pictures (matplotlib, the ``bench`` extra): throughput per client
 count, the latency distribution, catch-up MiB/s; without matplotlib the tables are written alone.
 """
 
@@ -28,10 +31,10 @@ from typing import Any
 
 from relay.sandbox.ports import free_port
 
-from . import capacity, catchup, decode, ingest, latency, memory
+from . import capacity, catchup, decode, gtidstart, ingest, latency, memory, search
 from .common import REPO_ROOT, log, machine_info, run_main, sandbox_primary
 
-SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode")
+SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search")
 ASSETS = "benchmarks"  # beside BENCHMARKS.md: the pictures and the JSON
 
 
@@ -55,12 +58,18 @@ def scenario_args(args: argparse.Namespace) -> dict[str, list[str]]:
         "memory": [*(["--size-mb", "3", "--port", str(free_port())] if args.smoke else []), "--sandbox-dir",
                    args.sandbox_dir, *keep, *rounds, "--workdir", str(work / "memory")],
         "decode": [*(["--oltp", "50", "--bulk", "500"] if args.smoke else []), *rounds],
+        "gtidstart": [*(["--fill", "sql", "--size-mb", "2", "--min-mb", "1", "--port", str(free_port()), "--clients",
+                         "1,3"] if args.smoke else []), "--sandbox-dir", args.sandbox_dir, *keep, *rounds,
+                      "--workdir", str(work / "gtidstart")],
+        "search": [*(["--fill", "sql", "--size-mb", "1", "--min-mb", "0.5", "--max-binlog-size", "16K", "--min-files",
+                      "20", "--port", str(free_port())] if args.smoke else []), "--sandbox-dir", args.sandbox_dir,
+                   *keep, *rounds, "--workdir", str(work / "search")],
     }
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     modules = {"latency": latency, "capacity": capacity, "catchup": catchup, "ingest": ingest, "memory": memory,
-               "decode": decode}
+               "decode": decode, "gtidstart": gtidstart, "search": search}
     argv = scenario_args(args)
     results: dict[str, Any] = {"machine": machine_info(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "smoke": args.smoke, "scenarios": {}}
@@ -279,9 +288,64 @@ def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
                              f"| {row['rows_per_s'] / 1000:.0f} | {row['ratio']:.1f} |")
         lines += [""] + [f"{label}: decoding {_goal(w['goals']['decode'])}, export form {_goal(w['goals']['export'])}."
                          for label, w in dec["workloads"].items()] + [""]
+    if "gtidstart" in scenarios:
+        lines += _gtidstart_section(scenarios["gtidstart"])
+    if "search" in scenarios:
+        lines += _search_section(scenarios["search"])
     if results.get("notes"):
         lines += ["## Notes", "", results["notes"].strip(), ""]
     return "\n".join(lines)
+
+
+def _gtidstart_section(gtid: dict[str, Any]) -> list[str]:
+    b, s = gtid["binlog"], gtid["summary"]
+    first = s["first_event"]
+    where = "restarted before each run" if gtid["relay"]["restarted_before_each_run"] else "running, the file mirrored"
+    lines = ["## GTID starts and reconnect storms: relay vs primary", "",
+             (f"MariaDB GTID replicas (`@slave_connect_state`, COM_BINLOG_DUMP from an empty file name) starting "
+              f"{gtid['back']} transactions before the end of {b['start_file']} ({b['mib']:.0f} MiB, "
+              f"{b['transactions']:,} transactions): the server finds that file and the replica's GTID in it "
+              f"(MariaDB 10.11 reads the file from its first event); the relay {where}; {gtid['rounds']} alternating "
+              "rounds. *First event*: one client, COM_BINLOG_DUMP -> its first transaction. *Storm*: N clients at "
+              f"once ({gtid['back']} +- {gtid['spread']} transactions before the end), first connect -> the last at "
+              "the end of the binlog. Every dump checked: exactly the transactions after its connect state. Ratio: "
+              f"primary time / relay time. Goals: relay first event <= {first['goal_ms']:.0f} ms; storm ratio >= 10 "
+              "at 20 and 100 clients."), "",
+             "| figure | relay | primary | relay CPU s | primary CPU s | ratio | goal |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    r, p = first["relay"], first["primary"]
+    lines.append(f"| first event, ms | {r['median']:.1f} ({r['min']:.1f}-{r['max']:.1f}) | {p['median']:.1f} "
+                 f"({p['min']:.1f}-{p['max']:.1f}) | {r['median_server_cpu_s']:.2f} | {p['median_server_cpu_s']:.2f} | "
+                 f"{first['ratio']:.2f} | relay <= {first['goal_ms']:.0f} ms: {_goal(first['goal_met'])} |")
+    for n in gtid["clients"]:
+        row = s["storm"][str(n)]
+        r, p = row["relay"], row["primary"]
+        goal = f">= {row['goal']:.0f}: {_goal(row['goal_met'])}" if row["goal"] is not None else "-"
+        lines.append(f"| storm of {n}, s | {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f}) | {p['median']:.3f} "
+                     f"({p['min']:.3f}-{p['max']:.3f}) | {r['median_server_cpu_s']:.2f} | "
+                     f"{p['median_server_cpu_s']:.2f} | {row['ratio']:.2f} | {goal} |")
+    lines += ["", f"Checked: {gtid['checks']['dumps']} dumps, {gtid['checks']['transactions']:,} transactions.", ""]
+    return lines
+
+
+def _search_section(found: dict[str, Any]) -> list[str]:
+    b, s = found["binlog"], found["summary"]
+    lines = ["## Search by time: `binlog-relay search` vs `mariadb-binlog --stop-datetime`", "",
+             (f"The last transaction committed at or before a moment, over {b['files']} files "
+              f"({b['bytes'] / 2**20:.0f} MiB, {b['transactions']:,} transactions) the relay mirrored; "
+              f"{len(found['moments'])} moments (in the files at 10, 50, 90 % of the history, and past its end), "
+              f"{found['rounds']} rounds. *Search*: one call in a process that imported the relay, nothing of the "
+              "index in memory; *the command*: `binlog-relay search --time`, interpreter start included; "
+              "*mariadb-binlog*: reading the files up to the moment, what finding it takes without an index. Every "
+              f"answer checked against a walk of the files. Goal: a search <= {s['goal_ms']:.0f} ms."), "",
+             "| way | median ms | range ms |", "|---|---:|---:|"]
+    for label, key in (("search (one call)", "search"), ("`binlog-relay search` (the command)", "command"),
+                       ("`mariadb-binlog --stop-datetime`", "mariadb_binlog")):
+        ms = {name: s[key][name] * 1000 for name in ("median_s", "min_s", "max_s")}
+        lines.append(f"| {label} | {ms['median_s']:.1f} | {ms['min_s']:.1f}-{ms['max_s']:.1f} |")
+    lines += ["", f"Search {s['search']['median_s'] * 1000:.1f} ms: {_goal(s['goal_met'])}; mariadb-binlog takes "
+              f"{s['ratio']:.0f} times as long.", ""]
+    return lines
 
 
 def write(results: dict[str, Any], out: Path, notes: str | None = None) -> Path:
@@ -300,7 +364,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.suite", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated")
-    p.add_argument("--out", default=str(REPO_ROOT), help="where BENCHMARKS.md goes (benchmarks/ beside it: the JSON, PNGs)")
+    p.add_argument("--out", default=str(REPO_ROOT),
+                   help="where BENCHMARKS.md goes (benchmarks/ beside it: the JSON, PNGs)")
     p.add_argument("--notes", metavar="FILE", help="markdown appended to BENCHMARKS.md as its Notes section")
     p.add_argument("--from-json", metavar="PATH", help="rewrite BENCHMARKS.md from an earlier benchmarks.json")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one round: seconds; figures mean nothing")

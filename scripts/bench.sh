@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/bench.sh - the project's benchmark command (bench/README.md).
 #
-# Usage: bash scripts/bench.sh [ingest|serve|all|suite|latency|capacity|catchup] [options...]  (default: all)
+# Usage: bash scripts/bench.sh [ingest|serve|all|suite|latency|capacity|catchup|gtidstart|search] [options...]  (default: all)
 #   suite: python3 -m bench.suite - latency, serve capacity, replica catch-up (and --scenarios
 #          ...,ingest) in one run, written up as BENCHMARKS.md + benchmarks.json + PNGs (--out DIR)
 #   e.g. bash scripts/bench.sh --reuse --json /tmp/bench.json
@@ -121,7 +121,7 @@ run_all() {
 
 which=all
 case ${1:-} in
-  ingest | serve | all | suite | latency | capacity | catchup) which=$1; shift ;;
+  ingest | serve | all | suite | latency | capacity | catchup | gtidstart | search) which=$1; shift ;;
 esac
 
 install_mariadb
@@ -133,7 +133,7 @@ case $which in
   ingest) exec "$PYTHON" -m bench.ingest "$@" ;;
   serve) exec "$PYTHON" -m bench.serve "$@" ;;
   all) run_all "$@" ;;
-  suite | latency | capacity | catchup)
+  suite | latency | capacity | catchup | gtidstart | search)
     # matplotlib (the pictures) and PyMySQL (latency's client): the bench extra
     "$PYTHON" -c 'import matplotlib, pymysql' > /dev/null 2>&1 \
       || "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[bench]'

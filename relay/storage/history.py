@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import trio
-
 from ..binlog import events as ev
 from ..binlog.mysqlgtid import gtid_of_event
 from ..binlog.spans import (
@@ -220,6 +218,8 @@ class HistoryIndex:
         """Build, in a worker thread, the index of every closed file whose sidecar is missing,
         damaged or short (a relay upgraded in place, files imported or damaged): the first GTID
         request reading them then finds it ready."""
+        import trio  # here: `binlog-relay search` reads the index without trio's import time
+
         for name in list(self.files())[:-1]:
             if name not in self.files():
                 continue  # purged meanwhile

@@ -71,7 +71,7 @@ class StoredHistory:
 
     def at_time(self, moment: int) -> dict[str, Any]:
         """The last transaction committed at or before ``moment`` (seconds since the epoch)."""
-        before: tuple[str, Span] | None = None  # the span (of a file, or a file) with the last group before
+        before: tuple[str, Span] | None = None  # a span (of a file, or a file) whose last group is the last before
         for name in self.files:
             whole = self.index.summary(name)
             if whole is not None and (whole.commit_hi is None or whole.commit_hi <= moment):
@@ -81,18 +81,18 @@ class StoredHistory:
                 if span.commit_hi is None or span.commit_hi <= moment:
                     before = (name, span) if span.groups else before
                     continue
-                last = self._last_of(*before) if before else None
-                for transaction in self.transactions(name, span):
-                    if transaction.commit_timestamp > moment:
-                        return self._answer(moment, last, transaction)
-                    last = transaction
-        return self._answer(moment, self._last_of(*before) if before else None, None)
+                for group in self._groups(name, span):
+                    if group.last_commit_ts is not None and group.last_commit_ts > moment:
+                        return self._answer(moment, before, (name, group))
+                    before = (name, group)
+        return self._answer(moment, before, None)
 
-    def _answer(self, moment: int, last: Transaction | None, after: Transaction | None) -> dict[str, Any]:
+    def _answer(self, moment: int, last: tuple[str, Span] | None, after: tuple[str, Span] | None) -> dict[str, Any]:
+        transaction = self._last_of(*last) if last else None
         return {"time": _utc(moment), "timestamp": moment,
-                "transaction": last.as_json() if last else None,
-                "gtid_position": self.gtid_position(last.file, last.end_pos) if last else None,
-                "next": after.as_json() if after else None}
+                "transaction": transaction.as_json() if transaction else None,
+                "gtid_position": self.gtid_position(transaction.file, transaction.end_pos) if transaction else None,
+                "next": self._last_of(*after).as_json() if after else None}
 
     def _last_of(self, name: str, span: Span) -> Transaction:
         """The last group of ``span`` (a span of ``name``, or all of it) from what it names."""
@@ -107,12 +107,13 @@ class StoredHistory:
         return Transaction(name, span.last_gtid_at, span.last_commit_at + commit_length, _gtid_text(gtid_event),
                            int.from_bytes(gtid_event[5:9], "little"), span.last_commit_ts)
 
-    def transactions(self, name: str, span: Span) -> Iterator[Transaction]:
-        """The transactions of ``span``, one by one (a walk that stops at every group end)."""
+    def _groups(self, name: str, span: Span) -> Iterator[Span]:
+        """The groups of ``span`` one by one, as spans of a group each (a walk that stops at every
+        group end)."""
         path = self.data_dir / name
         for group in walk_spans(SpanWalker(span.start, _checksummed(path)), path, span.start, span.end, 1):
             if group.groups:
-                yield self._last_of(name, group)
+                yield group
 
     # ------------------------------------------------------------------ by GTID
 
@@ -151,9 +152,9 @@ class StoredHistory:
                 continue
             for span in self.index.spans(name):
                 if _may_hold(span, gtid):
-                    for transaction in self.transactions(name, span):
-                        if transaction.gtid == str(gtid):
-                            return transaction
+                    for group in self._groups(name, span):
+                        if group.last_gtid == gtid:
+                            return self._last_of(name, group)
         return None
 
     # ------------------------------------------------------------------ GTID positions

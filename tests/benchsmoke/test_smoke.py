@@ -17,14 +17,15 @@ def _finite(value: object) -> bool:
 
 
 def test_every_scenario_runs_and_writes_its_tables(tmp_path):
-    args = suite.parse_args(["--smoke", "--scenarios", "latency,capacity,catchup,ingest,memory,decode", "--name", "smoke",
+    args = suite.parse_args(["--smoke", "--scenarios", ",".join(suite.SCENARIOS),
+                             "--name", "smoke",
                              "--port", str(free_port()), "--sandbox-dir", str(tmp_path / "sandbox"),
                              "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
     results = suite.run_suite(args)
     path = suite.write(results, tmp_path / "out")
     data = json.loads((tmp_path / "out" / suite.ASSETS / "benchmarks.json").read_text())
     scenarios = data["scenarios"]
-    assert set(scenarios) == {"latency", "capacity", "catchup", "ingest", "memory", "decode"}
+    assert set(scenarios) == {"latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search"}
 
     latency = scenarios["latency"]["summary"]
     assert set(latency) == {"direct", "relay sync=commit", "relay sync=none"}
@@ -53,9 +54,26 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
     for workload in scenarios["decode"]["workloads"].values():
         assert len({row["rows"] for row in workload["tools"].values()}) == 1
         assert all(_finite(row["ratio"]) for row in workload["tools"].values())
+    gtid = scenarios["gtidstart"]
+    first = gtid["summary"]["first_event"]
+    assert first["relay"]["runs"] == first["primary"]["runs"] == 1 and _finite(first["ratio"])
+    assert all(_finite(first[source]["median"]) and first[source]["median"] > 0 for source in ("relay", "primary"))
+    assert set(gtid["summary"]["storm"]) == {"1", "3"}
+    assert all(_finite(row["ratio"]) and row["goal"] is None for row in gtid["summary"]["storm"].values())
+    # Every dump was checked against the primary's binlog before its time counted: per source, the
+    # first-event client and the 1 + 3 storm clients, each getting the transactions after its start.
+    assert gtid["checks"]["dumps"] == 2 * (1 + 1 + 3)
+    assert all(run["transactions"] == gtid["back"] for run in gtid["first_event_runs"])
+    assert gtid["binlog"]["transactions"] > gtid["back"] + gtid["spread"] and gtid["binlog"]["transactions_after"] == 0
+    found = scenarios["search"]
+    assert found["binlog"]["files"] >= 20 and len(found["moments"]) == 4
+    # every search's answer was checked against a walk of the files before its time counted
+    assert len(found["search_runs"]) == len(found["mariadb_binlog_runs"]) == 4
+    assert all(_finite(found["summary"][way]["median_s"]) for way in ("search", "command", "mariadb_binlog"))
 
     text = path.read_text()
-    for heading in ("## Latency", "## Serve capacity", "## Replica catch-up", "## Ingest", "## Memory", "## Pipeline decode"):
+    for heading in ("## Latency", "## Serve capacity", "## Replica catch-up", "## Ingest", "## Memory",
+                    "## Pipeline decode", "## GTID starts", "## Search by time"):
         assert heading in text
     assert "smoke run" in text
     for picture in data["pictures"].values():  # written when matplotlib is installed (the bench extra)
