@@ -29,7 +29,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 # gcc builds the relay's C modules (setup.py: relay/binlog/_scan.c, the compiled loops;
-# relay/binlog/coltypes/_rowread.c and relay/pipeline/_jsontext.c, the export's row reading
+# relay/rows/coltypes/_rowread.c and relay/pipeline/_jsontext.c, the export's row reading
 # and JSON text); it stays in this stage, the runtime stage gets only the built modules.
 # Versions follow the pinned base image.
 # hadolint ignore=DL3008
@@ -44,7 +44,7 @@ COPY relay ./relay
 # setup.py makes the C modules optional (pip installs without them when it cannot build):
 # importing them here fails the image build instead of shipping a slower relay.
 RUN pip install --no-cache-dir . \
-    && python -c "import relay.binlog._scan, relay.binlog.coltypes._rowread, relay.pipeline._jsontext" \
+    && python -c "import relay.binlog._scan, relay.rows.coltypes._rowread, relay.pipeline._jsontext" \
     && binlog-relay --version
 
 

@@ -469,7 +469,7 @@ def git_commit() -> str:
 
 def relay_loops() -> str:
     """Which per-event loops the relay runs: the compiled ones (relay/binlog/_scan.c) or Python's."""
-    from relay.binlog import outbound, stream
+    from relay.replication import outbound, stream
 
     compiled = stream._compiled_scan is not None and outbound._compiled_frame is not None
     return "compiled" if compiled else "python (relay/binlog/_scan.c not built)"

@@ -1,4 +1,4 @@
-"""Row decoding throughput on one core: relay.binlog.changes vs mysql-replication, same binlog.
+"""Row decoding throughput on one core: relay.rows.changes vs mysql-replication, same binlog.
 
     python3 -m bench.decode [--oltp 20000] [--bulk 200000] [--rounds 3] [--json PATH] [--keep]
 

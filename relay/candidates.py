@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .binlog.gtid import BinlogState, Gtid
 from .errors import RetryableError
+from .gtid.gtid import BinlogState, Gtid
 
 RELAY_VERSION_COMMENT = "binlog-relay"  # what a relay answers to @@version_comment
 

@@ -1,7 +1,7 @@
 """The replica client: connect to the primary, log in, register, dump, store; reconnect.
 
 This is the trio shell around ``protocol.client.ClientConnection`` (the conversation)
-and ``binlog.stream.DumpStream`` (the event stream).  It moves bytes and decides when
+and ``replication.stream.IngestStream`` (the event stream).  It moves bytes and decides when
 to retry; everything it parses is parsed by those sans-IO objects.
 """
 
@@ -26,11 +26,7 @@ from typing import Protocol
 import trio
 
 from .binlog import events as ev
-from .binlog.gtid import BinlogState, format_gtid_position
 from .binlog.names import next_file_name
-from .binlog.semisync import Ack, SemiSyncDeframer, build_ack
-from .binlog.stream import MIXED_HISTORIES, DumpStream, ResumePoint, Segment, StreamError
-from .binlog.translate import TranslatingStream
 from .candidates import (
     RELAY_VERSION_COMMENT,
     BehindWaits,
@@ -41,9 +37,13 @@ from .candidates import (
     parse_binlog_state,
 )
 from .errors import FatalError, RetryableError
+from .gtid.gtid import BinlogState, format_gtid_position
 from .protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
 from .protocol.packets import OkPacket, ProtocolError, ServerError
 from .protocol.resultset import ResultSet
+from .replication.semisync import Ack, SemiSyncDeframer, build_ack
+from .replication.stream import MIXED_HISTORIES, IngestStream, ResumePoint, Segment, StreamError
+from .replication.translate import TranslatingStream
 from .storage.gtidindex import GtidIndex
 from .storage.relaylog import RelayLog
 
@@ -123,7 +123,7 @@ class UpstreamStatus:
     server_version: str | None = None
     server_id: int | None = None
     checksum_alg: int | None = None
-    stream: DumpStream | TranslatingStream | None = None
+    stream: IngestStream | TranslatingStream | None = None
     events_received: int = 0
     bytes_received: int = 0
     connected_event: trio.Event = field(default_factory=trio.Event)
@@ -309,7 +309,7 @@ class Upstream:
         try:
             checksum_alg = await self._prepare(conn)
             own = self.relay_log.state.own_files_from is not None
-            stream: DumpStream | TranslatingStream
+            stream: IngestStream | TranslatingStream
             if own or not self._mirrors(facts):
                 stream = await self._start_gtid_dump(conn, checksum_alg, facts)
             else:
@@ -396,13 +396,13 @@ class Upstream:
         origin = self.relay_log.resume_point().origin_server_id
         return origin is None or facts.server_id == origin or facts.is_relay or facts.binlog_state is None
 
-    async def _start_mirror_dump(self, conn: _Connection, checksum_alg: int) -> DumpStream:
+    async def _start_mirror_dump(self, conn: _Connection, checksum_alg: int) -> IngestStream:
         resume = self.relay_log.resume_point()
         file = resume.file or await self._first_file(conn)
         await self._check_history(conn, resume.file, resume.position)
         if self.relay_log.damaged:
             await self._fetch_damaged_again({row[0] for row in await conn.rows("SHOW BINARY LOGS")})
-        stream = DumpStream(resume, checksum_alg)
+        stream = IngestStream(resume, checksum_alg)
         conn.protocol.register_slave(self.settings.relay_server_id)
         await conn.command()
         conn.protocol.binlog_dump(file, resume.request_position, self.settings.relay_server_id, _dump_flags(conn))
@@ -429,7 +429,7 @@ class Upstream:
 
     async def _download_file(self, conn: _Connection, name: str) -> Path:
         """The primary's ``name``, whole, into a temporary file beside the stored ones."""
-        stream = DumpStream(ResumePoint(name, 4), await self._dump_variables(conn))
+        stream = IngestStream(ResumePoint(name, 4), await self._dump_variables(conn))
         conn.protocol.binlog_dump(name, 4, self.settings.relay_server_id, _dump_flags(conn) | DUMP_FLAG_NON_BLOCK)
         await conn.flush()
         target = self.relay_log.data_dir / f"{name}.fetched"
@@ -453,7 +453,7 @@ class Upstream:
 
     async def _start_gtid_dump(self, conn: _Connection, checksum_alg: int, facts: CandidateFacts) -> TranslatingStream:
         """Follow a primary whose coordinates are not the stored ones, from the relay's GTID state
-        (strict: a hole is an error), into the relay's own files (binlog.translate)."""
+        (strict: a hole is an error), into the relay's own files (replication.translate)."""
         relay_log = self.relay_log
         if facts.binlog_state is None or relay_log.committed is None:
             raise FatalIngestError("the relay can follow another primary only by MariaDB GTID, from stored history")
@@ -541,7 +541,7 @@ class Upstream:
         """The upstream's own server_id only has to differ from the relay's.  It need not be the one
         that wrote the stored history: a relay of the primary, or a sibling relay, serves the same
         history under its own id; the history check is on the events (their writer and bytes at
-        the resume point, see DumpStream) and on the file sizes (_check_history)."""
+        the resume point, see IngestStream) and on the file sizes (_check_history)."""
         if server_id == self.settings.relay_server_id:
             raise FatalIngestError(
                 f"the primary's server_id is {server_id}, the same as the relay's own server_id; "
@@ -585,7 +585,7 @@ class Upstream:
                 raise FatalIngestError(f"the primary's {name} is {primary_sizes[name]} bytes, the stored copy "
                                        f"{stored_size}: {MIXED_HISTORIES}")
 
-    async def _ingest(self, conn: _Connection, stream: DumpStream | TranslatingStream) -> None:
+    async def _ingest(self, conn: _Connection, stream: IngestStream | TranslatingStream) -> None:
         if not self.status.semi_sync:
             await self._receive_and_store(conn, stream.receive)
             return

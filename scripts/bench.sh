@@ -30,7 +30,7 @@ source scripts/setup.sh
 # The figures depend on the C modules (setup.py): without them the relay and the decoder run
 # their Python code, and the benchmarks say so, but the point is to measure what ships.
 install_python_deps() {
-  "$PYTHON" -c 'import relay.upstream, relay.binlog._scan, relay.binlog.coltypes._rowread, relay.pipeline._jsontext, trio' \
+  "$PYTHON" -c 'import relay.upstream, relay.binlog._scan, relay.rows.coltypes._rowread, relay.pipeline._jsontext, trio' \
     > /dev/null 2>&1 && return 0
   log "installing the project (pip install -e .)"
   "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e .

@@ -7,10 +7,10 @@
  * that work for the events that need no decision, and stops before any other, which the
  * Python code then handles: it stays the only place that decides, reports errors, follows
  * rotations and filters.  Without a C compiler the package installs without this module and
- * the same loops run in Python (relay/binlog/stream.py, relay/binlog/outbound.py).
+ * the same loops run in Python (relay/replication/stream.py, relay/replication/outbound.py).
  *
  * scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)
- *   Ingest (DumpStream.receive): takes the events inside an open group that cannot change
+ *   Ingest (IngestStream.receive): takes the events inside an open group that cannot change
  *   the group state (table maps, rows events, annotations, ...), whose packet, position,
  *   flags and CRC32 are exactly as expected.
  *   buf       the bytes of the dump stream (packets: u24 length, u8 sequence id, payload)
@@ -427,7 +427,7 @@ static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t na
 
 
 /*
- * Spans of the index of the stored history (relay/binlog/spans.py, where the walk is written
+ * Spans of the index of the stored history (relay/gtid/spans.py, where the walk is written
  * in Python too: PySpanWalker, the reference).  Ingest tells the walker every event it stores,
  * so the walk must cost next to nothing: per event it reads the type, and per group the GTID.
  * Its state lives in a bytearray (span_walker()) that only this file reads.

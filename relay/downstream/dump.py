@@ -2,7 +2,7 @@
 ``ServerConnection.send_events``, waiting for commits in between (the trio shell of the dump path).
 
 Reading the stored files is ``storage.reader``'s, choosing what a client gets is
-``binlog.outbound``'s and ``binlog.gtidstart``'s, framing is ``protocol.server``'s.
+``replication.outbound``'s and ``replication.gtidstart``'s, framing is ``protocol.server``'s.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ import trio
 
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
-from ..binlog.gtid import GtidError, parse_gtid_position
-from ..binlog.gtidstart import GtidStart, SeekPlan
-from ..binlog.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
-from ..binlog.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
-from ..binlog.semisync import AckReader, SemiSyncError, frame_semi_sync
-from ..binlog.spans import excluded_until, span_holding
 from ..errors import Refusal
+from ..gtid.gtid import GtidError, parse_gtid_position
+from ..gtid.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
+from ..gtid.spans import excluded_until, span_holding
 from ..protocol import server as proto
+from ..replication.gtidstart import GtidStart, SeekPlan
+from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
+from ..replication.semisync import AckReader, SemiSyncError, frame_semi_sync
 from ..storage.reader import Available, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
 from .registry import DumpState

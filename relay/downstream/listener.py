@@ -13,8 +13,8 @@ from pathlib import Path
 import trio
 
 from ..binlog import events as ev
-from ..binlog.gtid import format_gtid_position
 from ..config import Config
+from ..gtid.gtid import format_gtid_position
 from ..protocol import auth
 from ..protocol import events as proto_events
 from ..protocol import server as proto

@@ -5,5 +5,5 @@ relay.pipeline.source   the "binlog" Spark data source (batch and streaming)
 relay.pipeline.export   ``binlog-relay export``: a data_dir to Parquet/JSON/CSV
 relay.pipeline.jsonform the JSON form of row values both of them write
 
-The decoding itself is relay.binlog.changes (sans-IO, no Spark). See README.md here.
+The decoding itself is relay.rows.changes (sans-IO, no Spark). See README.md here.
 """

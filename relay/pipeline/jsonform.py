@@ -1,4 +1,4 @@
-"""The export's JSON form of row values: one row image of relay.binlog's change rows as JSON
+"""The export's JSON form of row values: one row image of relay.rows' change rows as JSON
 text, each column normalised by its type (row_json), and the form of values whose column type
 is unknown (value_json). The Spark source and ``binlog-relay export`` write it.
 
@@ -6,7 +6,7 @@ Each column type's form is one entry of ``_FORMS`` (a ``Form``): ``convert``, th
 into a JSON-ready Python value, which the *general path* (``row_json_general``) hands to
 json's encoder; and ``text``, the Python expression of the value's JSON text that the
 *generated encoders* inline. An encoder is Python source written and compiled per table map
-and set of columns present (as the row readers of relay.binlog.coltypes.readers are): one
+and set of columns present (as the row readers of relay.rows.coltypes.readers are): one
 f-string per row, each column's text computed in place, no dict built, no call to json's
 encoder. It expects the Python types the decoder gives (an int, a str, a Decimal, a
 datetime, a zero date's str...); a ``text`` raises for a value of another type, and the row
@@ -31,8 +31,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, NamedTuple, overload
 
-from ..binlog import coltypes as ct
-from ..binlog.rows import TableMap
+from ..rows import coltypes as ct
+from ..rows.tablemap import TableMap
 
 try:
     import relay.pipeline._jsontext as _jsontext
@@ -171,7 +171,7 @@ class Form(NamedTuple):
     arg: int = 0
 
 
-# The compiled encoder's column kinds (the K_* of relay/pipeline/_jsontext.c, same numbers).
+# The compiled encoder's column kinds (the K_* of relay/pipeline/_jsontext.c, same numbers: tests/unit/test_c_codes.py).
 K_INT, K_STR, K_TEXT, K_B64, K_DECIMAL, K_DATETIME, K_DATE, K_TIME, K_FLOAT, K_CALL = range(1, 11)
 K_NULLABLE = 0x80  # or-ed into a kind: None is written as null
 
@@ -508,7 +508,7 @@ def _table_encoder(tm: TableMap | None) -> Encode:
     else:
         cached = _TABLES.get(id(tm))
         if cached is None or cached[0] is not tm:
-            if len(_TABLES) >= 1024:  # as many as relay.binlog.rows caches
+            if len(_TABLES) >= 1024:  # as many as relay.rows.tablemap caches
                 _TABLES.clear()
             cached = _TABLES[id(tm)] = (tm, _TableEncoders(tm).full)
         hit = cached

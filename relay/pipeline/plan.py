@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..binlog import events as ev
-from ..binlog.changes import GtidRange
 from ..binlog.groups import GroupTracker
-from ..binlog.gtid import GtidError, parse_gtid_position
-from ..binlog.spans import Span
 from ..errors import FatalError
+from ..gtid.gtid import GtidError, parse_gtid_position
+from ..gtid.spans import Span
+from ..rows.changes import GtidRange
 from ..storage.files import DataDirError
 from ..storage.history import HistoryIndex
 from ..storage.index import read_index, valid_binlog_name

@@ -1,5 +1,5 @@
 """Change rows, or transactions, out of one binlog file on disk: the file-reading front of
-``binlog.changes``' sans-IO ChangeDecoder (and ``binlog.transactions``' TransactionDecoder),
+``rows.changes``' sans-IO ChangeDecoder (and ``rows.transactions``' TransactionDecoder),
 for the Spark source and for tools."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, BinaryIO
 
 from ..binlog import events as ev
-from ..binlog.changes import (
+from ..rows.changes import (
     DEFAULT_SEGMENT_BYTES,
     NO_CHANGES,
     Change,
@@ -20,7 +20,7 @@ from ..binlog.changes import (
     GtidRange,
     TableFilter,
 )
-from ..binlog.transactions import Transaction, TransactionDecoder
+from ..rows.transactions import Transaction, TransactionDecoder
 from ..storage.scan import iter_events
 
 
@@ -47,7 +47,7 @@ def iter_transactions(source: str | os.PathLike[str] | bytes | BinaryIO, start: 
                       with_ddl: bool = True,
                       decoder_out: list[ChangeDecoder] | None = None) -> Iterator[Transaction]:
     """The committed transactions in [start, end) of one binlog file, as iter_changes reads
-    its changes (same arguments; see relay.binlog.transactions for what is counted)."""
+    its changes (same arguments; see relay.rows.transactions for what is counted)."""
     return _decoded(TransactionDecoder, source, start, end, file=file, gtids=gtids, tables=tables,
                     segment_bytes=segment_bytes, with_ddl=with_ddl, decoder_out=decoder_out)
 

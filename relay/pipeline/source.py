@@ -8,7 +8,7 @@
 
 Two views of the same committed groups. "changes" (the default): one row per changed table
 row (and per DDL statement); columns in SCHEMA. "transactions": one row per committed
-transaction with its row counts per table (relay.binlog.transactions); columns in
+transaction with its row counts per table (relay.rows.transactions); columns in
 TRANSACTIONS_SCHEMA. Options:
 
   view         changes (default) or transactions
@@ -35,7 +35,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType, TimestampType
 
-from ..binlog.changes import GtidRange
+from ..rows.changes import GtidRange
 from . import plan as pl
 
 try:  # Spark 4.2+: lets trigger(availableNow=True) stop at the offset seen when it starts
@@ -121,7 +121,7 @@ class Options:
             raise pl.PlanError('the binlog data source needs a data_dir: .load("/path/to/data_dir")')
         tables = opts.get("tables") or None
         if tables:
-            from ..binlog.changes import TableFilter
+            from ..rows.changes import TableFilter
 
             TableFilter(tables)  # fail early on a bad spec
         ddl = str(opts.get("ddl", "true")).strip().lower() not in ("false", "0", "no", "off")
@@ -191,7 +191,7 @@ def read_transactions(part: BinlogPartition) -> Iterator[Any]:
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from ..binlog.changes import GtidRange
+    from ..rows.changes import GtidRange
     from .read import iter_transactions
 
     # Exactly the schema Spark checks a Python data source's batches against.
@@ -222,7 +222,7 @@ def _read_changes(part: BinlogPartition) -> Iterator[Any]:
     """The change rows of one partition as Arrow record batches (SCHEMA)."""
     import pyarrow as pa
 
-    from ..binlog.changes import GtidRange
+    from ..rows.changes import GtidRange
     from .jsonform import row_json
     from .read import iter_changes
 

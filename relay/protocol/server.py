@@ -355,7 +355,7 @@ class ServerConnection:
         return self._seq
 
     def send_framed(self, data: bytes | bytearray, next_sequence_id: int) -> None:
-        """Packets framed by the caller (``binlog.outbound.frame_block``), and the id after them."""
+        """Packets framed by the caller (``replication.outbound.frame_block``), and the id after them."""
         self._out.append(data)
         self._seq = next_sequence_id
 

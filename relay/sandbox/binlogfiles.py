@@ -1,6 +1,6 @@
 """Binlog files read by their event headers only: what the harness needs to know of a server's
 binlog (when it has settled) and what tests check in stored files, without the relay's own
-decoding (relay/binlog), which is the code under test."""
+decoding (relay/binlog/, gtid/, replication/), which is the code under test."""
 
 from __future__ import annotations
 

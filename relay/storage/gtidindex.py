@@ -10,11 +10,11 @@ import struct
 from dataclasses import dataclass
 
 from ..binlog import events as ev
-from ..binlog.gtid import BinlogState, Gtid, start_missing_message
-from ..binlog.gtidstart import GtidStart
-from ..binlog.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
-from ..binlog.spans import Span, apply_span
 from ..errors import Refusal
+from ..gtid.gtid import BinlogState, Gtid, start_missing_message
+from ..gtid.mysqlgtid import GtidSet, MysqlGtid, gtid_of_event, previous_gtids
+from ..gtid.spans import Span, apply_span
+from ..replication.gtidstart import GtidStart
 from .history import HistoryIndex
 from .relaylog import RelayLog
 from .scan import event_types, events_of_types, iter_events

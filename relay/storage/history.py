@@ -1,4 +1,4 @@
-"""The index of the stored history: for each stored binlog file, its spans (binlog/spans.py)
+"""The index of the stored history: for each stored binlog file, its spans (gtid/spans.py)
 every ``interval`` bytes or so and at its end, in a sidecar ``history-index/<file>.idx``.
 
 Ingest writes it as it stores: the events it appends go through a span walker, and a span is
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..binlog import events as ev
-from ..binlog.mysqlgtid import gtid_of_event
-from ..binlog.spans import (
+from ..gtid.mysqlgtid import gtid_of_event
+from ..gtid.spans import (
     AnySpanWalker,
     Span,
     SpanWalker,

@@ -1,7 +1,7 @@
 """``binlog-relay import``: seed or extend a data_dir from binlog files (backups, another binlog
 server's copies, archived binlogs) so the relay serves them and the pipeline reads them.
 
-Every event is checked as ingest checks what a primary sends (relay.binlog.stream): the magic
+Every event is checked as ingest checks what a primary sends (relay.replication.stream): the magic
 number, a FORMAT_DESCRIPTION event first, the CRC32 when the file has checksums, and that each
 event starts where the previous one ended (``log_pos - event_length``).  Across files: one
 origin server per data_dir (the FORMAT_DESCRIPTION event's server_id, the writer ingest's

@@ -19,7 +19,7 @@ import trio
 
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
-from ..binlog.stream import ResumePoint, Segment
+from ..replication.stream import ResumePoint, Segment
 from ..stats import FSYNC_BUCKETS, Histogram
 from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
 from .history import DEFAULT_INTERVAL, HistoryIndex

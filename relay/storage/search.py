@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..binlog import events as ev
-from ..binlog.gtid import BinlogState, Gtid, GtidError, format_gtid_position, parse_gtid_position
-from ..binlog.mysqlgtid import GtidSet, MysqlGtidError, gtid_of_event, previous_gtids
-from ..binlog.spans import Span, SpanWalker, apply_span
 from ..errors import InputError
+from ..gtid.gtid import BinlogState, Gtid, GtidError, format_gtid_position, parse_gtid_position
+from ..gtid.mysqlgtid import GtidSet, MysqlGtidError, gtid_of_event, previous_gtids
+from ..gtid.spans import Span, SpanWalker, apply_span
 from .history import HistoryIndex, walk_file, walk_spans
 from .index import read_index
 from .scan import iter_events

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from relay.binlog.gtid import BinlogState, Gtid
+from relay.gtid.gtid import BinlogState, Gtid
 from relay.sandbox.binlogfiles import GTID_EVENT, HEADER_LEN, binlog_events
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import attach_replica, wait_binlog_settled

@@ -7,7 +7,7 @@ import json
 import zlib
 from pathlib import Path
 
-from relay.binlog.spans import span_from_json
+from relay.gtid.spans import span_from_json
 from relay.sandbox.compare import mirror_differences
 from relay.sandbox.mariadb import LocalMariaDB
 from relay.sandbox.polling import wait_for

@@ -1,4 +1,4 @@
-"""Change rows (relay.binlog.changes): binlogs captured from MariaDB 10.11 (tests/fixtures/rows)
+"""Change rows (relay.rows.changes): binlogs captured from MariaDB 10.11 (tests/fixtures/rows)
 against the values the server reported via SELECT, and transaction envelopes recomposed
 from those real events (rollback, savepoints, large groups read again from the file, DDL,
 filters), plus the partition planner's group-aligned splits (relay.pipeline.plan)."""
@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.changes import (
+from relay.pipeline import plan as pl
+from relay.pipeline.jsonform import row_json
+from relay.pipeline.read import iter_changes
+from relay.rows.changes import (
     Change,
     ChangeDecodeError,
     ChangeDecoder,
@@ -27,10 +30,7 @@ from relay.binlog.changes import (
     TableFilter,
     _classify,
 )
-from relay.binlog.rows import ROWS_EVENT_TYPES
-from relay.pipeline import plan as pl
-from relay.pipeline.jsonform import row_json
-from relay.pipeline.read import iter_changes
+from relay.rows.rows import ROWS_EVENT_TYPES
 from relay.storage.scan import iter_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rows"

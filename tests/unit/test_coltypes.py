@@ -1,4 +1,4 @@
-"""Column types one by one (relay.binlog.coltypes), a section per family module: hand-made
+"""Column types one by one (relay.rows.coltypes), a section per family module: hand-made
 bytes against the values the servers document, each read by the column's decoder and by the
 row readers (its inline plan in a generated Python reader, its kind in the compiled reader of
 _rowread.c). Whole binlogs from real servers: tests/unit/test_rows.py (MariaDB) and
@@ -20,16 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.binlog import coltypes as ct
-from relay.binlog import rows as rows_module
-from relay.binlog.coltypes import readers
-from relay.binlog.coltypes.readers import compiled_reader, python_body, python_run
-from relay.binlog.rows import ROWS_EVENT_TYPES, parse_rows_event
 from relay.pipeline.read import iter_changes
+from relay.rows import coltypes as ct
+from relay.rows import rows as rows_module
+from relay.rows import tablemap as tablemap_module
+from relay.rows.coltypes import readers
+from relay.rows.coltypes.readers import compiled_reader, python_body, python_run
+from relay.rows.rows import ROWS_EVENT_TYPES, parse_rows_event
 
 # The compiled readers are optional for users, not for the tests (scripts/test.sh builds them):
 # a missing module fails the tests that read through them instead of skipping them.
-NOT_BUILT = "relay/binlog/coltypes/_rowread.c is not built (pip install -e . needs gcc and Python's headers)"
+NOT_BUILT = "relay/rows/coltypes/_rowread.c is not built (pip install -e . needs gcc and Python's headers)"
 
 
 def read_both_ways(col_type: int, meta: Any, raw: bytes, *, unsigned: bool = False, charset: int | None = None,
@@ -392,17 +393,17 @@ def python_readers() -> Iterator[None]:
     cached from before, whose images would keep their readers); afresh again after."""
     module = readers._rowread
     assert module is not None, NOT_BUILT
-    rows_module._parse_table_map.cache_clear()
+    tablemap_module._parse_table_map.cache_clear()
     readers._rowread = None
     try:
         yield
     finally:
         readers._rowread = module
-        rows_module._parse_table_map.cache_clear()
+        tablemap_module._parse_table_map.cache_clear()
 
 
 def all_changes() -> list[str]:
-    rows_module._parse_table_map.cache_clear()
+    tablemap_module._parse_table_map.cache_clear()
     return [repr(c) for path in FIXTURE_BINLOGS for c in iter_changes(path)]
 
 
@@ -465,7 +466,7 @@ def rows_events() -> list[tuple[int, bytes, bytes, int, int, str]]:
 def decoded(etype: int, body: bytes, table_map: bytes, phl19: int, phl: int, flavor: str) -> tuple[Any, ...]:
     """The rows of a rows event read with a table map of its own (readers built afresh), or
     the error it raises."""
-    tm = rows_module._parse_table_map.__wrapped__(table_map, phl19, flavor)
+    tm = tablemap_module._parse_table_map.__wrapped__(table_map, phl19, flavor)
     try:
         return ("rows", repr(parse_rows_event(etype, body, tm, phl).rows))
     except Exception as e:  # noqa: BLE001 - the same error both ways is the point

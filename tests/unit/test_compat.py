@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from relay.binlog import compat
 from relay.binlog import events as ev
+from relay.replication import compat
 
 
 def _event(etype: int, body: bytes, flags: int = 0x4, crc: bool = True) -> bytes:

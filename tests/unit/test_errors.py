@@ -44,9 +44,9 @@ def test_kinds_are_distinct():
 
 
 def test_what_ingest_retries_and_what_stops_it():
-    from relay.binlog.stream import StreamError, UpstreamEnded
     from relay.protocol.client import AuthenticationError
     from relay.protocol.packets import ProtocolError, ServerError
+    from relay.replication.stream import StreamError, UpstreamEnded
     from relay.storage.files import DataDirError
     from relay.upstream import _RETRYABLE, FatalIngestError
 

@@ -8,9 +8,9 @@ import pytest
 
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
-from relay.binlog.gtid import parse_gtid_position
-from relay.binlog.mysqlgtid import gtid_of_event
-from relay.binlog.stream import Segment
+from relay.gtid.gtid import parse_gtid_position
+from relay.gtid.mysqlgtid import gtid_of_event
+from relay.replication.stream import Segment
 from relay.storage.gtidindex import GtidIndex, MysqlGtidIndex
 from relay.storage.importer import import_binlogs
 from relay.storage.relaylog import RelayLog

@@ -1,4 +1,4 @@
-"""Where a MariaDB GTID dump starts, event by event (relay.binlog.gtidstart), and the binlog state
+"""Where a MariaDB GTID dump starts, event by event (relay.replication.gtidstart), and the binlog state
 it is decided against.  The integration test tests/integration/test_gtid_dump.py holds the same
 decisions against a real primary; these cover the branches one at a time."""
 
@@ -7,8 +7,8 @@ import struct
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.gtid import BinlogState, Gtid, start_missing_message
-from relay.binlog.gtidstart import GtidStart, GtidStartError
+from relay.gtid.gtid import BinlogState, Gtid, start_missing_message
+from relay.replication.gtidstart import GtidStart, GtidStartError
 
 
 def _event(event_type: int, server_id: int, body: bytes) -> bytes:

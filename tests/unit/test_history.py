@@ -1,4 +1,4 @@
-"""The index of the stored history: spans (relay/binlog/spans.py), their files (relay/storage/
+"""The index of the stored history: spans (relay/gtid/spans.py), their files (relay/storage/
 history.py), and GTID starts that jump with them (GtidStart.seek, skip_block).
 
 Binlog files here are generated (hypothesis): groups of several domains and servers, standalone
@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from relay.binlog import events as ev
-from relay.binlog.gtid import BinlogState, Gtid
-from relay.binlog.gtidstart import GtidStart, GtidStartError
-from relay.binlog.spans import CompiledSpanWalker, PySpanWalker, Span, apply_span, span_from_json, span_to_json
-from relay.binlog.stream import Segment
+from relay.gtid.gtid import BinlogState, Gtid
+from relay.gtid.spans import CompiledSpanWalker, PySpanWalker, Span, apply_span, span_from_json, span_to_json
+from relay.replication.gtidstart import GtidStart, GtidStartError
+from relay.replication.stream import Segment
 from relay.storage.gtidindex import GtidIndex
 from relay.storage.history import INDEX_DIR, HistoryIndex, sidecar_path, walk_file
 from relay.storage.relaylog import RelayLog
@@ -422,8 +422,8 @@ def test_the_pipelines_gtid_bounds_read_only_what_the_index_says_may_be_wanted(t
 def test_a_mysql_gtid_dump_jumps_only_over_groups_the_replica_has(fixture):
     """From every event start, whatever the replica has of the file's GTIDs: where the index
     lets a COM_BINLOG_DUMP_GTID dump jump to, walking event by event would have sent nothing."""
-    from relay.binlog.mysqlgtid import ExcludedGroups, GtidSet, gtid_of_event
-    from relay.binlog.spans import excluded_until
+    from relay.gtid.mysqlgtid import ExcludedGroups, GtidSet, gtid_of_event
+    from relay.gtid.spans import excluded_until
     from relay.storage.history import build_spans
     from tests.support.binlogs import file_events
 
@@ -452,7 +452,7 @@ def test_a_mysql_gtid_dump_jumps_only_over_groups_the_replica_has(fixture):
 @settings(max_examples=100, deadline=None)
 @given(binlog_files(), st.sampled_from([1, 150, 600]))
 def test_spans_merged_are_the_walk_of_their_whole_stretch(file, interval):
-    from relay.binlog.spans import merge_spans
+    from relay.gtid.spans import merge_spans
 
     data, _ = file
     spans = _walk(PySpanWalker, data, interval, 1 << 20)

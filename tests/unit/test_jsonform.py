@@ -25,7 +25,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.binlog import coltypes as ct
 from relay.pipeline import jsonform
 from relay.pipeline.jsonform import (
     compile_encoder,
@@ -36,6 +35,7 @@ from relay.pipeline.jsonform import (
     value_json,
 )
 from relay.pipeline.read import iter_changes
+from relay.rows import coltypes as ct
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BINLOGS = [*sorted((FIXTURES / "rows").glob("*.binlog")),

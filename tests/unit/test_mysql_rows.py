@@ -18,11 +18,11 @@ from pymysqlreplication import row_event as pmr_rows
 from pymysqlreplication.json_binary import JsonDiff as PmrJsonDiff
 from pymysqlreplication.packet import BinLogPacketWrapper
 
-from relay.binlog import coltypes as ct
 from relay.binlog import events as ev
-from relay.binlog.rows import parse_table_map
 from relay.pipeline.jsonform import row_json
 from relay.pipeline.read import iter_changes
+from relay.rows import coltypes as ct
+from relay.rows.tablemap import parse_table_map
 from tests.support.binlogs import file_events
 
 MYSQL = Path(__file__).resolve().parent.parent / "fixtures" / "mysql"
@@ -134,7 +134,7 @@ def test_enum_and_set_without_full_metadata_are_index_and_bit_mask():
     bare = parse_table_map(body[:pos], fde.post_header_len(19), flavor="mysql")
     assert bare.enum_values is None and bare.set_values is None
     rows_event = next(e for _, e in events if e[4] == 30)
-    from relay.binlog.rows import parse_rows_event
+    from relay.rows.rows import parse_rows_event
 
     row = parse_rows_event(30, rows_event[ev.HEADER_LEN:-4], bare, fde.post_header_len(30)).rows[0]
     assert row["col_2"] == 1 and row["col_3"] == 0b101  # the documented ENUM index 1, SET bits 0b101

@@ -1,4 +1,4 @@
-"""MySQL GTID sets and GTID events (relay.binlog.mysqlgtid), on bytes MySQL servers wrote
+"""MySQL GTID sets and GTID events (relay.gtid.mysqlgtid), on bytes MySQL servers wrote
 (tests/fixtures/mysql): the binary form round-trips to MySQL's exact bytes, and the values are
 read back with struct from the fields' documented offsets."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.mysqlgtid import (
+from relay.gtid.mysqlgtid import (
     ExcludedGroups,
     GtidSet,
     MysqlGtid,
@@ -92,7 +92,7 @@ def test_excluded_groups_are_left_out_up_to_the_next_gtid_or_rotate():
 
 @pytest.mark.parametrize("v2", [False, True])
 def test_a_heartbeat_moves_the_replica_past_what_was_left_out(v2):
-    from relay.binlog.outbound import DumpOptions, OutboundStream
+    from relay.replication.outbound import DumpOptions, OutboundStream
 
     offsets_events = file_events((MYSQL / "binlog-invisible-columns.000001").read_bytes())
     events = [memoryview(bytes(e)) for _, e in offsets_events[1:]]  # after the FDE, as a dump reads them

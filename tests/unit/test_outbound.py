@@ -5,11 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.binlog import events as ev
-from relay.binlog import outbound
-from relay.binlog.gtid import BinlogState, Gtid
-from relay.binlog.gtidstart import GtidStart
-from relay.binlog.outbound import DumpOptions, OutboundStream, frame_block
+from relay.gtid.gtid import BinlogState, Gtid
 from relay.protocol.packets import PacketReader
+from relay.replication import outbound
+from relay.replication.gtidstart import GtidStart
+from relay.replication.outbound import DumpOptions, OutboundStream, frame_block
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 from tests.support.loops import LOOPS, python_loop, select_loop
 

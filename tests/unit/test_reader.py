@@ -6,7 +6,7 @@ import pytest
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.names import next_file_name
-from relay.binlog.stream import Segment
+from relay.replication.stream import Segment
 from relay.storage.reader import Available, FileStart, NothingYet, StartRefused, StoredFileDamaged, TailReader
 from relay.storage.relaylog import RelayLog
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
-from relay.binlog.stream import Segment
+from relay.replication.stream import Segment
 from relay.storage.files import DataDirError
 from relay.storage.index import read_index
 from relay.storage.relaylog import RelayLog

@@ -20,18 +20,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.binlog import coltypes as ct
-from relay.binlog import rows as rows_module
-from relay.binlog.rows import (
+from relay.rows import coltypes as ct
+from relay.rows import rows as rows_module
+from relay.rows import tablemap as tablemap_module
+from relay.rows.rows import (
     ROWS_EVENT_TYPES,
-    RowDecodeError,
     RowsEvent,
-    TableMap,
     iter_rows,
     parse_rows_event,
-    parse_table_map,
     uncompress_rows,
 )
+from relay.rows.tablemap import RowDecodeError, TableMap, parse_table_map
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rows"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
@@ -668,7 +667,7 @@ def test_generated_readers_match_the_column_decoders(binlog, max_variants, monke
     for ev in log.events:
         if ev.type == 19:
             # a new TableMap each time (not the cached one): readers compiled afresh
-            tm = rows_module._parse_table_map.__wrapped__(ev.body, log.phl(19), "mariadb")
+            tm = tablemap_module._parse_table_map.__wrapped__(ev.body, log.phl(19), "mariadb")
             maps[tm.table_id] = tm
         elif ev.type in ROWS_EVENT_TYPES:
             tm = maps[int.from_bytes(ev.body[:6], "little")]

@@ -4,8 +4,8 @@ events to acknowledge, and the ACK packet (semisync_slave.cc)."""
 import struct
 
 from relay.binlog import events as ev
-from relay.binlog.semisync import Ack, SemiSyncDeframer, build_ack
 from relay.protocol.packets import PacketReader
+from relay.replication.semisync import Ack, SemiSyncDeframer, build_ack
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()

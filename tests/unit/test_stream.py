@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from relay.binlog import events as ev
-from relay.binlog import stream as stream_module
 from relay.binlog.groups import GroupTracker
-from relay.binlog.stream import DumpStream, ResumePoint, StreamError, UpstreamEnded
 from relay.protocol.packets import PacketReader
+from relay.replication import stream as stream_module
+from relay.replication.stream import IngestStream, ResumePoint, StreamError, UpstreamEnded
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 from tests.support.loops import LOOPS, NOT_BUILT, python_loop, select_loop
 
@@ -41,7 +41,7 @@ def _clear_in_use(data: bytes) -> bytes:
 
 def test_fresh_dump_reproduces_the_primarys_file():
     packets = _dump_packets()
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     segments = stream.process(packets[:-1])
     assert [(s.file, s.start, s.new_file) for s in segments] == [("mysql-bin.000001", 4, True)]
     stored = ev.BINLOG_MAGIC + b"".join(bytes(c) for c in segments[0].chunks)
@@ -69,7 +69,7 @@ def test_committed_end_only_at_group_ends():
 
 def test_committed_end_advances_per_batch_to_last_group_end():
     packets = _dump_packets()[:-1]
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     ends = []
     for packet in packets:
         for segment in stream.process([packet]):
@@ -83,7 +83,7 @@ def test_committed_end_advances_per_batch_to_last_group_end():
 
 def test_event_not_starting_at_stored_end_is_refused():
     packets = _dump_packets()[:-1]
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     stream.process(packets[:4])
     with pytest.raises(StreamError, match="stored file ends at"):
         stream.process(packets[5:6])  # skips one event
@@ -93,7 +93,7 @@ def test_corrupt_event_fails_crc_check():
     packets = _dump_packets()[:-1]
     damaged = bytearray(packets[6])
     damaged[25] ^= 0xFF
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     stream.process(packets[:6])
     with pytest.raises(StreamError, match="CRC32"):
         stream.process([memoryview(bytes(damaged))])
@@ -106,13 +106,13 @@ def test_resume_checks_the_last_stored_event():
     # the primary re-sends from that event's start: fake rotate, FDE, then the events
     resumed = [p for p in packets if p[0] == 0 and (
         struct.unpack_from("<I", p, 14)[0] == 0 or struct.unpack_from("<I", p, 14)[0] > offset)]
-    stream = DumpStream(ResumePoint("mysql-bin.000001", offset + len(last), last), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint("mysql-bin.000001", offset + len(last), last), ev.CHECKSUM_CRC32)
     rotate = _fake_rotate("mysql-bin.000001", offset)
     segments = stream.process([memoryview(b"\x00" + rotate)] + resumed[1:])
     assert segments[0].start == offset + len(last)
     other = bytearray(last)
     other[0] ^= 1  # another timestamp: another history
-    stream = DumpStream(ResumePoint("mysql-bin.000001", offset + len(last), bytes(other)), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint("mysql-bin.000001", offset + len(last), bytes(other)), ev.CHECKSUM_CRC32)
     with pytest.raises(StreamError, match="history does not match"):
         stream.process([memoryview(b"\x00" + rotate)] + resumed[1:])
 
@@ -127,7 +127,7 @@ def test_resume_checks_who_wrote_the_file(writer, accepted):
     fde = bytearray(events[0][1][:-4])
     fde[ev.FLAGS_OFFSET] &= ~ev.LOG_EVENT_BINLOG_IN_USE_F
     fde[13:17] = bytes(4)
-    stream = DumpStream(ResumePoint("mysql-bin.000001", offset + len(last), last, writer), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint("mysql-bin.000001", offset + len(last), last, writer), ev.CHECKSUM_CRC32)
     packets = [memoryview(b"\x00" + _fake_rotate("mysql-bin.000001", offset)),
                memoryview(b"\x00" + ev.with_checksum(bytes(fde)))] + resumed[1:]
     if accepted:
@@ -144,7 +144,7 @@ def _fake_rotate(name: str, position: int) -> bytes:
 
 def test_rotation_to_next_file():
     packets = _dump_packets()[:-1]
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     stream.process(packets)
     end = len(BINLOG)
     real_rotate = bytearray(ev.build_rotate(7, "mysql-bin.000002", 4, True, timestamp=1, log_pos=end + 0,
@@ -180,7 +180,7 @@ def _stored_bytes(segments) -> bytes:
 def test_receive_raw_bytes_in_any_chunking_matches_the_file(step, scan_loop):
     raw = (WIRE / "dump_nonblocking.bin").read_bytes()
     raw = raw[: len(raw) - 9]  # without the closing EOF packet (5 bytes + 4 header)
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     segments = []
     for start in range(0, len(raw), step):
         segments.extend(stream.receive(raw[start : start + step]))
@@ -192,7 +192,7 @@ def test_receive_raw_bytes_in_any_chunking_matches_the_file(step, scan_loop):
 
 def test_receive_ends_at_eof_packet(scan_loop):
     raw = (WIRE / "dump_nonblocking.bin").read_bytes()
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     with pytest.raises(UpstreamEnded):
         stream.receive(raw)
 
@@ -214,7 +214,7 @@ def test_receive_joins_an_event_of_more_than_16_mb(scan_loop):
     query = ev.with_checksum(ev.HEADER.pack(5, ev.QUERY_EVENT, 7, length, end + length, 0) + body)
     data, seq = frame(b"\x00" + query, seq)
     raw += data
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     segments = []
     for start in range(0, len(raw), 1 << 20):
         segments.extend(stream.receive(raw[start : start + (1 << 20)]))
@@ -230,8 +230,8 @@ def _dump_bytes() -> bytes:
     return raw[: len(raw) - 9]  # without the closing EOF packet
 
 
-def _receive_all(raw: bytes, step: int) -> tuple[list, DumpStream]:
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+def _receive_all(raw: bytes, step: int) -> tuple[list, IngestStream]:
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     segments = []
     for start in range(0, len(raw), step):
         segments.extend(stream.receive(raw[start : start + step]))
@@ -396,7 +396,7 @@ def test_a_mysql_heartbeat_v2_is_read_not_stored(scan_loop):
     for payload in payloads:
         data += struct.pack("<I", len(payload) | (seq << 24)) + payload
         seq = (seq + 1) & 0xFF
-    stream = DumpStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
+    stream = IngestStream(ResumePoint(None, 4), ev.CHECKSUM_CRC32)
     segments = stream.receive(bytes(data))
     stored = ev.BINLOG_MAGIC + b"".join(bytes(c) for s in segments for c in s.chunks)
     assert stored == _clear_in_use(BINLOG)

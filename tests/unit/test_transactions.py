@@ -1,4 +1,4 @@
-"""The transactions view (relay.binlog.transactions), sans-IO, on real binlogs: the fixtures MariaDB
+"""The transactions view (relay.rows.transactions), sans-IO, on real binlogs: the fixtures MariaDB
 10.11 and MySQL 8.0-9.6 wrote (tests/fixtures), against what `mariadb-binlog` prints of them
 (tests/support/binlogtext.py) or, where it cannot read a file, against the event headers, the
 GTID events' bytes and python-mysql-replication; and against the change view summed per
@@ -21,11 +21,11 @@ import zstandard
 from pymysqlreplication import row_event as pmr_rows
 
 from relay.binlog import events as ev
-from relay.binlog.changes import Change, GtidRange, TableFilter
-from relay.binlog.transactions import TableChanges, Transaction, TransactionDecoder
 from relay.pipeline import export, source
 from relay.pipeline import plan as pl
 from relay.pipeline.read import iter_changes, iter_transactions
+from relay.rows.changes import Change, GtidRange, TableFilter
+from relay.rows.transactions import TableChanges, Transaction, TransactionDecoder
 from relay.storage.scan import iter_events
 from tests.support.binlogs import file_events
 from tests.support.binlogtext import binlog_transactions

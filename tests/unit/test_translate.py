@@ -1,12 +1,12 @@
-"""Storing another primary's events in the relay's own files (binlog.translate), fed with the
+"""Storing another primary's events in the relay's own files (replication.translate), fed with the
 events of a real MariaDB 10.11 binlog (tests/fixtures/wire) as the new primary's dump."""
 
 import pytest
 
 from relay.binlog import events as ev
-from relay.binlog.gtid import BinlogState, Gtid
 from relay.binlog.names import file_number, next_file_name, valid_binlog_name
-from relay.binlog.translate import TranslatingStream
+from relay.gtid.gtid import BinlogState, Gtid
+from relay.replication.translate import TranslatingStream
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()

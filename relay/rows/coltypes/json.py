@@ -2,9 +2,9 @@
 partial updates (PARTIAL_UPDATE_ROWS_EVENT).
 
 Python values: JSON (MySQL, 245) is the decoded Python value (dict/list/str/int/float/bool/
-None ...); a partial update is applied to the before value (relay.binlog.rows), or is a
+None ...); a partial update is applied to the before value (relay.rows.rows), or is a
 JsonPartialUpdate when the event lacks it. MariaDB stores JSON as LONGTEXT, so there it
-arrives as a str (relay.binlog.coltypes.strings).
+arrives as a str (relay.rows.coltypes.strings).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The generated row readers (sans-IO): Python source written and compiled per row image and
 pattern of NULLs, reading each column by its type's inline plan (registry.inline_plan) or, for
-the rare types without one, by calling its decoder. relay.binlog.rows decides when to build them.
+the rare types without one, by calling its decoder. relay.rows.rows decides when to build them.
 
 When the optional C module ``_rowread`` is built (setup.py), compile_body and compile_run give
 the compiled reader of the image (compiled_reader): the same values, read in C column by
@@ -17,12 +17,12 @@ from .base import R_CALL, Inline, Truncated, inline_same
 from .registry import INLINE_GLOBALS, compiled_kind, inline_plan
 
 try:
-    import relay.binlog.coltypes._rowread as _rowread
+    import relay.rows.coltypes._rowread as _rowread
 except ImportError:  # not built (no C compiler where the package was installed): Python only
     _rowread = None
 
 if TYPE_CHECKING:
-    from ..rows import TableMap
+    from ..tablemap import TableMap
 
 Row = dict[str, Any]
 # (buf, pos after the null bitmap, null bits) -> (row dict, next pos)

@@ -1,7 +1,7 @@
 """The column type codes of row events (the server's enum_field_types) and their names.
 
 Every code the servers define is here, decoded or not; what each decodes to is in the
-family modules beside this one, registered in relay.binlog.coltypes.registry.
+family modules beside this one, registered in relay.rows.coltypes.registry.
 """
 
 from __future__ import annotations

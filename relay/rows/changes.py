@@ -31,7 +31,7 @@ of its first event, the commit event's timestamp and its place (``seq``) in the 
   on ROLLBACK there is nothing to clean up. Only one event is decoded at a time. Segments
   are counted in bytes, not rows: a row can hold a 1 GB blob.
 
-Values in ``before``/``after`` are Python values as relay.binlog.rows decodes them;
+Values in ``before``/``after`` are Python values as relay.rows.rows decodes them;
 the export turns them into JSON text with its normalisation (relay.pipeline.jsonform).
 Statement-based DML inside a transaction (binlog_format=STATEMENT/MIXED) cannot become
 rows: such a query becomes one row with op ``"statement"`` and the text in ``query``.
@@ -52,19 +52,17 @@ from typing import Any, NamedTuple, Never
 
 import zstandard
 
+from ..binlog import events as ev
 from ..errors import InputError
+from ..gtid.mysqlgtid import gtid_of_event
 from . import coltypes as ct
-from . import events as ev
-from .mysqlgtid import gtid_of_event
 from .rows import (  # parse_rows_event without building a RowsEvent per event
     ROWS_EVENT_TYPES,
-    RowDecodeError,
-    TableMap,
     _all_rows,
     _rows_header,
-    parse_table_map,
     uncompress_rows,
 )
+from .tablemap import RowDecodeError, TableMap, parse_table_map
 
 __all__ = [
     "Change", "ChangeDecoder", "ChangeDecodeError", "GtidRange", "TableFilter",

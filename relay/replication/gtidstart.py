@@ -15,14 +15,14 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..binlog import events as ev
 from ..errors import Refusal
-from . import events as ev
-from .gtid import BinlogState, Gtid, start_missing_message
-from .spans import PART_OF_GROUP as _PART_OF_GROUP
-from .spans import Span, apply_span, commits_or_rolls_back, span_holding
+from ..gtid.gtid import BinlogState, Gtid, start_missing_message
+from ..gtid.spans import PART_OF_GROUP as _PART_OF_GROUP
+from ..gtid.spans import Span, apply_span, commits_or_rolls_back, span_holding
 
 try:
-    from ._scan import find as _compiled_find
+    from ..binlog._scan import find as _compiled_find
 except ImportError:  # built without the C module
     _compiled_find = None
 
@@ -41,7 +41,7 @@ class GtidStartError(Refusal):
 
 @dataclass(frozen=True)
 class SeekPlan:
-    """A jump of a GTID dump over whole spans of the index (binlog/spans.py): from the dump's
+    """A jump of a GTID dump over whole spans of the index (gtid/spans.py): from the dump's
     position to ``target``, every group in between is one the replica has; ``loose`` are the
     events in between that belong to no group, which it must still be sent, in order."""
 

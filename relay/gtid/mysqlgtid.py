@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from ..binlog import events as ev
 from ..errors import InputError
-from . import events as ev
 
 _U64 = struct.Struct("<Q")
 _TAGGED_FORMAT = 1

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import struct
 
+from ..binlog import events as ev
 from ..errors import InputError
-from . import events as ev
 
 CAPABILITY_UNKNOWN = 0
 CAPABILITY_ANNOTATE = 1

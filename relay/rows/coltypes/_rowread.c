@@ -1,7 +1,7 @@
 /*
- * relay.binlog.coltypes._rowread: the generated row readers' work in C (sans-IO).
+ * relay.rows.coltypes._rowread: the generated row readers' work in C (sans-IO).
  *
- * relay/binlog/coltypes/readers.py generates, per row image and pattern of NULLs, the Python
+ * relay/rows/coltypes/readers.py generates, per row image and pattern of NULLs, the Python
  * source that reads a row image into a dict: about a microsecond for a sysbench-like row,
  * most of it in the interpreter between the values (slicing, unpacking, the sign flips
  * and range checks of a DECIMAL, the datetime's fields, the dict).  A Reader does the same
@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* column kinds (relay/binlog/coltypes/base.py's R_* are the same numbers) */
+/* column kinds (relay/rows/coltypes/base.py's R_* are the same numbers) */
 enum {
     R_CALL = 1,    /* obj(buf, pos) -> (value, pos): the column's decoder */
     R_INT,         /* little-endian signed integer of size bytes (1, 2, 3, 4, 8) */
@@ -644,7 +644,7 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *argv, PyObject *kwargs
 
 static PyTypeObject ReaderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "relay.binlog.coltypes._rowread.Reader",
+    .tp_name = "relay.rows.coltypes._rowread.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_dealloc = (destructor)reader_dealloc,
     .tp_vectorcall_offset = offsetof(Reader, vectorcall),
@@ -657,8 +657,8 @@ static PyTypeObject ReaderType = {
 };
 
 static struct PyModuleDef rowread_module = {
-    PyModuleDef_HEAD_INIT, "relay.binlog.coltypes._rowread",
-    "The generated row readers' work in C (see relay/binlog/coltypes/readers.py).", -1, NULL,
+    PyModuleDef_HEAD_INIT, "relay.rows.coltypes._rowread",
+    "The generated row readers' work in C (see relay/rows/coltypes/readers.py).", -1, NULL,
     NULL, NULL, NULL, NULL,
 };
 

@@ -27,12 +27,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from . import events as ev
+from ..binlog import events as ev
 from .gtid import BinlogState, Gtid
 from .mysqlgtid import GtidSet, gtid_of_event
 
 try:
-    from . import _scan as _compiled
+    from ..binlog import _scan as _compiled
 except ImportError:  # built without a C compiler: PySpanWalker does the same, slower
     _compiled = None
 

@@ -33,7 +33,7 @@ class Column(NamedTuple):
 
 # --------------------------------------------------------------------------- inline plans
 #
-# Row readers (relay.binlog.coltypes.readers) are generated Python source, one straight line per
+# Row readers (relay.rows.coltypes.readers) are generated Python source, one straight line per
 # column, so that the common types cost no call per value. An Inline says how one column
 # reads: its fixed-width head is a few struct codes (readers batch the heads of adjacent
 # columns into one Struct.unpack_from), then lines turn the unpacked temporaries into the
@@ -56,11 +56,11 @@ def inline_same(v: str, t: list[str], c: str) -> list[str]:
 
 # --------------------------------------------------------------------------- compiled readers
 #
-# When the optional C module relay.binlog.coltypes._rowread is built, the row readers do their
+# When the optional C module relay.rows.coltypes._rowread is built, the row readers do their
 # work in C (readers.compiled_reader). A column of a common type is read there by its kind, a
 # (kind, size, extra, obj) tuple that its registry entry's ``compiled`` gives: the same value
 # as its decoder and its inline plan, by the same formulas; a column without one calls its
-# decoder. The kinds are the R_* of _rowread.c, same numbers:
+# decoder. The kinds are the R_* of _rowread.c, same numbers (tests/unit/test_c_codes.py compares them):
 R_CALL = 1  # (R_CALL, 0, 0, decoder): the decoder's value
 R_INT = 2  # (R_INT, size, 0, None): a little-endian signed integer of 1, 2, 3, 4 or 8 bytes
 R_UINT = 3  # the same, unsigned

@@ -10,15 +10,15 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from ..binlog import events as ev
+from ..binlog.groups import GroupTracker
 from ..errors import Refusal
-from . import events as ev
+from ..gtid.mysqlgtid import ExcludedGroups
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
-from .groups import GroupTracker
 from .gtidstart import GtidStart
-from .mysqlgtid import ExcludedGroups
 
 try:
-    from ._scan import frame as _compiled_frame
+    from ..binlog._scan import frame as _compiled_frame
 except ImportError:  # installed without a C compiler: the Python loop does the same, slower
     _compiled_frame = None
 

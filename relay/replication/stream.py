@@ -1,6 +1,6 @@
 """The upstream dump stream, sans-IO: packets in, storage operations out.
 
-``DumpStream.process`` takes the payloads of a COM_BINLOG_DUMP stream (each ``00 |
+``IngestStream.process`` takes the payloads of a COM_BINLOG_DUMP stream (each ``00 |
 event``, or an ERR/EOF) and turns them into ``Segment`` operations: bytes to append
 to a named file at a given offset, and how far the committed end may move.  It checks
 every event's CRC32 and that it starts exactly where the stored file ends, recognises
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..binlog import events as ev
+from ..binlog.groups import GroupTracker
 from ..errors import FatalError, RetryableError
 from ..protocol.packets import ServerError, is_eof, parse_err
-from . import events as ev
-from .groups import GroupTracker
 
 try:
-    from ._scan import scan as _compiled_scan
+    from ..binlog._scan import scan as _compiled_scan
 except ImportError:  # installed without a C compiler: the Python loop does the same, slower
     _compiled_scan = None
 
@@ -158,7 +158,7 @@ class ResumePoint:
         return self.position - len(self.last_event) if self.last_event else self.position
 
 
-class DumpStream:
+class IngestStream:
     def __init__(self, resume: ResumePoint, checksum_alg: int) -> None:
         self.file = resume.file
         self.position = resume.request_position
@@ -416,4 +416,4 @@ def _same_event(stored: bytes, received: bytes | memoryview) -> bool:
     return stored == received
 
 
-__all__ = ["DumpStream", "ResumePoint", "Segment", "ServerError", "StreamError", "UpstreamEnded"]
+__all__ = ["IngestStream", "ResumePoint", "Segment", "ServerError", "StreamError", "UpstreamEnded"]

@@ -1,7 +1,7 @@
 """Ingest from a primary whose coordinates are not the stored ones: after a switch to another
 primary (failover), the stored history continues in the relay's own files.
 
-Until a switch the relay mirrors its primary (same file names, same offsets: ``stream.DumpStream``).
+Until a switch the relay mirrors its primary (same file names, same offsets: ``stream.IngestStream``).
 The new primary has other names and offsets, so from the switch on:
 - the relay closes its current file with a ROTATE naming its next file (``next_file_name``), at a
   group end: a file/position replica of the relay reads into the new file as at any rotation;
@@ -12,18 +12,18 @@ The new primary has other names and offsets, so from the switch on:
 - the new primary's rotations become the relay's: its ROTATE is replaced by one naming the relay's
   next file, and the relay's file starts with the primary's FDE.  From the primary's second file
   on, a stored file holds the primary's file byte for byte but for the final ROTATE.
-Sans-IO: bytes of the dump stream in, ``Segment`` writes out, as DumpStream.
+Sans-IO: bytes of the dump stream in, ``Segment`` writes out, as IngestStream.
 """
 
 from __future__ import annotations
 
 import struct
 
+from ..binlog import events as ev
+from ..binlog.groups import GroupTracker
+from ..binlog.names import next_file_name
+from ..gtid.gtid import BinlogState
 from ..protocol.packets import PacketReader, is_eof, parse_err
-from . import events as ev
-from .groups import GroupTracker
-from .gtid import BinlogState
-from .names import next_file_name
 from .stream import Segment, StreamError, UpstreamEnded
 
 _LOG_POS = struct.Struct("<I")

@@ -14,7 +14,7 @@ envelope - GTID, server id, where the group lies in the file, the header times o
 and its commit event - with, in place of the statements, how many rows each table had
 inserted, updated and deleted.
 
-It is the change view (relay.binlog.changes) summed per transaction, by construction: the
+It is the change view (relay.rows.changes) summed per transaction, by construction: the
 same decoder finds the groups, commits, rollbacks, savepoints and filters and decodes the
 rows of a committed group in bounded memory; only what a committed group turns into differs.
 

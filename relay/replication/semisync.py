@@ -12,9 +12,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..binlog import events as ev
 from ..errors import RetryableError
 from ..protocol.packets import PacketReader
-from . import events as ev
 
 SEMI_SYNC_MAGIC = 0xEF
 ACK_WANTED = 0x01
