@@ -30,22 +30,25 @@ from typing import Any
 
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
 from relay.sandbox.procfs import status_kib
+from relay.sandbox.replication import wait_binlog_settled
 
 from .common import (
     MARIADB_BINLOG,
     MIB,
     REPO_ROOT,
     BenchError,
+    add_sandbox_options,
+    bench_main,
+    bench_parser,
     check_copy,
     fresh_dir,
     log,
     machine_info,
     median,
     mib,
+    parse_bench_args,
     primary_binlogs,
-    print_results,
     require_programs,
-    run_main,
     run_measured,
     sandbox_primary,
     server_version,
@@ -121,6 +124,7 @@ def prepare_primary(args: argparse.Namespace) -> tuple[LocalMariaDB, str]:
         files = primary.binlog_files()
         big = [name for name, size in files if size >= args.size_mb * MIB]
         if big:
+            wait_binlog_settled(primary)
             log(f"--reuse: {big[-1]} holds the big transaction")
             return primary, big[-1]
     if primary.base_dir.exists():
@@ -135,6 +139,7 @@ def prepare_primary(args: argparse.Namespace) -> tuple[LocalMariaDB, str]:
     primary.sql(f"INSERT INTO big.t SELECT seq, REPEAT(CHAR(65 + seq % 26), {ROW_MIB} * 1048576) "
                 f"FROM big.seq_1_to_{rows}")
     primary.sql("FLUSH BINARY LOGS")  # the big file closed: a dump of it ends at its ROTATE
+    wait_binlog_settled(primary)  # its late BINLOG_CHECKPOINT written before the files are listed
     size = dict(primary.binlog_files())[name]
     if size < args.size_mb * MIB:
         raise BenchError(f"{name} holds {mib(size):.0f} MiB, less than --size-mb {args.size_mb}")
@@ -255,35 +260,21 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.memory", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse the sandbox primary of an earlier --reuse run if it holds the big transaction, "
-                        "and keep its directory (server stopped) for the next one")
-    p.add_argument("--keep", action="store_true", help="keep the primary's directory at the end (the server stops)")
+    p = bench_parser("memory", __doc__, workdir="/tmp/binlog-relay-bench/memory",
+                     workdir_help="the relay's data_dir, config and log, and the runs' files", timeout=900)
+    # its own binlog (one transaction), not prepare_primary's: the sandbox's options without the fill's
+    add_sandbox_options(p, port=26326, name="benchmem", reuse_when="it holds the big transaction")
     p.add_argument("--size-mb", type=float, default=1024, help=f"the transaction's size: rows of {ROW_MIB} MiB")
-    p.add_argument("--port", type=int, default=26326, help="the sandbox primary's port")
-    p.add_argument("--name", default="benchmem", help="the sandbox's name")
-    p.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/memory")
-    p.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
     p.add_argument("--child", choices=["export", "mysql-replication"], help=argparse.SUPPRESS)
     p.add_argument("--child-file", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
+    args = parse_bench_args(p, argv)
     if args.size_mb < ROW_MIB:
         p.error(f"--size-mb must be at least {ROW_MIB}")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        return child_main(args)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report, child=child_main)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import trio
 
+from .archive.archiver import Archiver, ArchiveSettings
+from .archive.keys import read_keks
+from .archive.store import StoreConfig
 from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
@@ -53,6 +56,18 @@ def upstream_settings(config: Config) -> UpstreamSettings:
     )
 
 
+def archive_settings(config: Config) -> ArchiveSettings | None:
+    archive = config.archive
+    if archive.url is None:
+        return None
+    store = StoreConfig(archive.url, endpoint_url=archive.endpoint_url, region=archive.region,
+                        access_key_id_file=Path(archive.access_key_id_file) if archive.access_key_id_file else None,
+                        secret_access_key_file=(Path(archive.secret_access_key_file)
+                                                if archive.secret_access_key_file else None))
+    return ArchiveSettings(store, read_keks(archive.encryption_key_file, archive.old_encryption_key_files),
+                           archive.compression_level, archive.retention.max_age, archive.retention.max_files)
+
+
 def open_relay_log(config: Config) -> RelayLog:
     relay_log = RelayLog(config.data_dir, config.storage.sync, config.storage.sync_interval_ms / 1000,
                          index_interval=config.storage.index_interval)
@@ -68,14 +83,16 @@ class Relay:
         self.relay_log = open_relay_log(config)
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
+        settings = archive_settings(config)
+        self.archiver = Archiver(settings, self.relay_log) if settings is not None else None
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
         self.replica_book.load()
         self.retention = RetentionKeeper(self.relay_log, RetentionPolicy(
             retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
-            self.replica_book.needed)
+            self.replica_book.needed, self.archiver.archived_names if self.archiver else None)
         self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
-        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry)
+        self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry, self.archiver)
         self.readiness = Readiness(self.upstream.status, self.relay_log, config.upstream.unready_after)
         self.http = HttpServer(self.metrics.render, self.readiness.check)
 
@@ -89,6 +106,8 @@ class Relay:
                 nursery.start_soon(self.relay_log.history.index_stored_files)
                 nursery.start_soon(self._sync_timer)
                 nursery.start_soon(self._retention_timer)
+                if self.archiver is not None:
+                    nursery.start_soon(self.archiver.run)
                 task_status.started(self)
         finally:
             self.relay_log.close()

@@ -25,7 +25,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .archive import keys as archive_keys
 from .binlog.names import BINLOG_NAME
+from .errors import InputError
 from .protocol.auth import native_hash_of, native_password_hash, sha2_hash_of
 from .schema import (
     INVALID,
@@ -37,6 +39,7 @@ from .schema import (
     IntList,
     Invalid,
     Kind,
+    ListOf,
     OptionDoc,
     Problems,
     Report,
@@ -252,6 +255,40 @@ class StorageConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchiveRetentionConfig:
+    max_age: int | None = opt(Duration(), "Delete archived files archived longer ago than this (null = keep "
+                              "everything).", None, nullable=True)
+    max_files: int | None = opt(Int(1), "Keep at most this many archived files, the newest (null = no limit).",
+                                None, nullable=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchiveConfig:
+    url: str | None = opt(Str("URL", r"s3://[^/?#\s]+(/[^?#]*)?", "s3://bucket/prefix"),
+                          "Where closed binlog files are archived (s3://bucket/prefix); null = no archive. With an "
+                          "archive a file leaves the local disk only once it is archived and verified there.",
+                          None, nullable=True)
+    endpoint_url: str | None = opt(Str("URL", r"https?://\S+", "http://minio:9000"),
+                                   "The endpoint of an S3-compatible store (MinIO, Ceph RGW, ...); null = AWS S3.",
+                                   None, nullable=True)
+    region: str | None = opt(Str("region"), "The store's region (null: the AWS configuration's).", None,
+                             nullable=True)
+    access_key_id_file: str | None = opt(Str("path"), "A file holding the access key id (with "
+                                         "secret_access_key_file); null = the standard AWS chain: environment, "
+                                         "shared credentials file, profile, instance role.", None, nullable=True)
+    secret_access_key_file: str | None = opt(Str("path"), "A file holding the secret access key.", None,
+                                             nullable=True)
+    encryption_key_file: str | None = opt(Str("path"), "A file holding the 256-bit key that wraps each archived "
+                                          "file's own AES-256-GCM key (32 raw bytes or 64 hex digits); null = "
+                                          "not encrypted.", None, nullable=True)
+    old_encryption_key_files: tuple[str, ...] = opt(ListOf(Str("path"), "paths"),
+                                                    "Keys of earlier rotations: they open files archived under "
+                                                    "them; new files use encryption_key_file.", ())
+    compression_level: int = opt(Int(1, 19), "zstd level of the archived objects.", 3)
+    retention: ArchiveRetentionConfig = section(ArchiveRetentionConfig, "When archived files are deleted.")
+
+
+@dataclass(frozen=True, kw_only=True)
 class SemiSyncConfig:
     wait_for_replicas: int = opt(Int(0), "With upstream.semi_sync: acknowledge a transaction to the primary only "
                                   "once this many semi-sync replicas of the relay acknowledged it too.", 0)
@@ -275,6 +312,7 @@ class Config:
     metrics: MetricsConfig = section(MetricsConfig, "Prometheus metrics endpoint.")
     storage: StorageConfig = section(StorageConfig, "Binlog storage.")
     semi_sync: SemiSyncConfig = section(SemiSyncConfig, "The semi-sync chain through the relay.")
+    archive: ArchiveConfig = section(ArchiveConfig, "The archive of closed binlog files on object storage.")
     logging: LoggingConfig = section(LoggingConfig, "Logging.")
 
 
@@ -340,6 +378,25 @@ def _check_upstream(raw: Mapping, values: dict, report: Report) -> None:
             values["password_file"] = INVALID
 
 
+def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
+    if (values["access_key_id_file"] is None) != (values["secret_access_key_file"] is None):
+        report("secret_access_key_file" if values["access_key_id_file"] else "access_key_id_file",
+               "give both access_key_id_file and secret_access_key_file, or neither (the AWS chain)")
+    for key in ("access_key_id_file", "secret_access_key_file"):
+        path = values[key]
+        if path is not None and valid(path) and not os.access(path, os.R_OK):
+            report(key, f"cannot read {path!r}")
+    paths = [("encryption_key_file", values["encryption_key_file"])]
+    if valid(values["old_encryption_key_files"]):
+        paths += [(f"old_encryption_key_files[{i}]", path) for i, path in enumerate(values["old_encryption_key_files"])]
+    for key, path in paths:
+        if path is not None and valid(path):
+            try:
+                archive_keys.read_kek(path)
+            except InputError as bad:
+                report(key, str(bad))
+
+
 def _check_user(raw: Mapping, values: dict, report: Report) -> None:
     given = [key for key in ("password", "password_hash", "password_file") if raw.get(key) is not None]
     if len(given) > 1:
@@ -382,6 +439,7 @@ _CHECKS = {
     ListenSSL: _check_listen_ssl,
     UpstreamConfig: _check_upstream,
     UserConfig: _check_user,
+    ArchiveConfig: _check_archive,
     Config: _check_config,
 }
 

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from .archive.archiver import Archiver, ArchiveSettings
+from .archive.store import StoreConfig
 from .binlog.events import HEARTBEAT_LOG_EVENT, HEARTBEAT_LOG_EVENT_V2, event_name
 from .binlog.names import file_number
 from .downstream.registry import Registry
@@ -27,15 +29,45 @@ Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
 
 
 class RelayCollector(Collector):
-    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry,
+                 archiver: Archiver | None = None) -> None:
         self.upstream = upstream
         self.relay_log = relay_log
         self.registry = registry
+        self.archiver = archiver
 
     def collect(self) -> Iterator[Family]:
         yield from self._upstream()
         yield from self._storage()
         yield from self._downstream()
+        if self.archiver is not None:
+            yield from self._archive(self.archiver)
+
+    # ------------------------------------------------------------ archive
+
+    def _archive(self, archiver: Archiver) -> Iterator[Family]:
+        status = archiver.status
+        lag_files, lag_bytes = archiver.lag()
+        yield _gauge("archive_lag_files", "Closed stored files not archived yet", lag_files)
+        yield _gauge("archive_lag_bytes", "Bytes of the closed stored files not archived yet", lag_bytes)
+        yield _gauge("archive_files", "Files in the archive", len(archiver.files))
+        yield _gauge("archive_store_up", "1 while the archive's object store answered the archiver's last round",
+                     int(status.store_ok))
+        yield _counter("archive_uploaded_files", "Files uploaded to the archive and verified there",
+                       status.uploaded_files)
+        yield _counter("archive_uploaded_file_bytes", "Bytes of the binlog files uploaded to the archive",
+                       status.uploaded_file_bytes)
+        yield _counter("archive_uploaded_object_bytes", "Bytes of their compressed (and encrypted) objects",
+                       status.uploaded_object_bytes)
+        ratio = status.uploaded_file_bytes / status.uploaded_object_bytes if status.uploaded_object_bytes else math.nan
+        yield _gauge("archive_compression_ratio", "File bytes per object byte of the files uploaded since start "
+                     "(NaN before the first)", ratio)
+        yield _counter("archive_deleted_files", "Archived files deleted by archive.retention", status.deleted_files)
+        yield _labelled_counter("archive_errors", "Archive operations that failed, by operation (list, verify, "
+                                "upload, delete, read)", "operation", status.errors)
+        yield _counter("archive_damaged_reads", "Reads of archived objects that failed their checks (damaged, "
+                       "cut short, wrong key)", status.damaged_reads)
+        yield _counter("archive_served_bytes", "Bytes of archived files read back for clients", status.served_bytes)
 
     # ------------------------------------------------------------ upstream
 
@@ -212,9 +244,10 @@ def _file_number(name: str) -> int:
 class Metrics:
     """The collector registry and its text exposition (served by relay/httpserver.py)."""
 
-    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry) -> None:
+    def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, registry: Registry,
+                 archiver: Archiver | None = None) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(RelayCollector(upstream, relay_log, registry))
+        self.registry.register(RelayCollector(upstream, relay_log, registry, archiver))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -225,7 +258,8 @@ def metrics_reference() -> str:
     from .storage.relaylog import RelayLog as _RelayLog
 
     relay_log = _RelayLog("/nonexistent-binlog-relay-docs")
-    metrics = Metrics(UpstreamStatus(), relay_log, Registry())
+    archiver = Archiver(ArchiveSettings(StoreConfig("s3://bucket")), relay_log)
+    metrics = Metrics(UpstreamStatus(), relay_log, Registry(), archiver)
     lines = ["| metric | type | labels | meaning |", "|---|---|---|---|"]
     for family in metrics.registry.collect():
         labels = list(getattr(family, "_labelnames", ())) or sorted(

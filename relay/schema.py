@@ -289,12 +289,14 @@ class Duration(Kind):
         return seconds
 
 
-class IntList(Kind):
-    def __init__(self, item: Int) -> None:
-        self.item = item
-        self.label = "list of " + item.label.replace("integer", "integers", 1) + " (environment: comma-separated)"
+class ListOf(Kind):
+    """A list of one kind of item; from the environment, comma-separated items."""
 
-    def parse(self, value: object) -> tuple[int, ...]:
+    def __init__(self, item: Kind, items: str) -> None:
+        self.item = item
+        self.label = f"list of {items} (environment: comma-separated)"
+
+    def parse(self, value: object) -> tuple[Any, ...]:
         if not isinstance(value, list):
             raise Invalid(f"expected a list, got {show(value)}")
         items = []
@@ -308,7 +310,13 @@ class IntList(Kind):
     def from_env(self, text: str) -> object:
         if not text.strip():
             return []
-        return [_yaml_scalar(part.strip()) for part in text.split(",")]
+        parts = [part.strip() for part in text.split(",")]
+        return parts if self.item.env_verbatim else [_yaml_scalar(part) for part in parts]
+
+
+class IntList(ListOf):
+    def __init__(self, item: Int) -> None:
+        super().__init__(item, item.label.replace("integer", "integers", 1))
 
 
 class Section(Kind):

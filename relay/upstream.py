@@ -314,6 +314,7 @@ class Upstream:
                 stream = await self._start_gtid_dump(conn, checksum_alg, facts)
             else:
                 stream = await self._start_mirror_dump(conn, checksum_alg)
+            self.relay_log.repairs_tried()  # what could be fetched again was: waiting dumps start
             self.status.stream = stream
             self.status.unread_bytes = conn.unread_bytes
             self.status.connected = True
@@ -561,7 +562,9 @@ class Upstream:
 
     async def _check_history(self, conn: _Connection, resume_file: str | None, position: int) -> None:
         """The primary must still hold the file we resume, at least as long as what we stored,
-        and closed files both sides have must be the same size."""
+        and closed files both sides have must be the same size: a stored one that is shorter was cut
+        short (a power cut with storage.sync: none) and is fetched again if it is a prefix of the
+        primary's (_fetch_damaged_again); a longer one is another history."""
         if resume_file is None:
             return
         try:
@@ -581,7 +584,9 @@ class Upstream:
             if name not in primary_sizes or name in self.relay_log.damaged:  # damage was reported at start-up
                 continue
             stored_size = self.relay_log.path(name).stat().st_size
-            if primary_sizes[name] != stored_size:
+            if stored_size < primary_sizes[name]:  # cut short here, or another history: the re-fetch tells
+                self.relay_log.mark_cut_short(name, primary_sizes[name])
+            elif primary_sizes[name] != stored_size:
                 raise FatalIngestError(f"the primary's {name} is {primary_sizes[name]} bytes, the stored copy "
                                        f"{stored_size}: {MIXED_HISTORIES}")
 

@@ -24,6 +24,8 @@ source scripts/setup.sh
 install_mariadb
 install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
 install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline tests
+install_debian zstd zstd zstd  # the archive's objects must decompress with the plain zstd tool
+install_debian FUSE fusermount3 fuse3  # the power-cut file system of tests/faults/test_powercut.py
 install_c_build_tools
 install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy

@@ -26,8 +26,9 @@ from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line abov
     dir_name_for,
 )
 
-# relay_factory (a started relay child per test, stopped at teardown) for every test directory
-pytest_plugins = ["tests.support.replication"]
+# relay_factory (a started relay child per test, stopped at teardown) and the S3 API server (moto,
+# on a loopback port) for every test directory
+pytest_plugins = ["tests.support.replication", "tests.support.s3"]
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 

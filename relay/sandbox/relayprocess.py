@@ -230,13 +230,14 @@ class RelayProcess:
 
 
 def start_relay(work_dir: Path, upstream_port: int, *, metrics_port: int | None = None,
-                **overrides: Any) -> RelayProcess:
-    """A relay child in work_dir (relay.yaml, relay.log, data/) replicating from 127.0.0.1:upstream_port,
-    listening for replicas when returned; with metrics_port, its HTTP endpoint is on that port and
-    answering.  overrides as relay_config takes them."""
+                data_dir: Path | str | None = None, **overrides: Any) -> RelayProcess:
+    """A relay child in work_dir (relay.yaml, relay.log, and data/ unless data_dir is given) replicating
+    from 127.0.0.1:upstream_port, listening for replicas when returned; with metrics_port, its HTTP
+    endpoint is on that port and answering.  overrides as relay_config takes them."""
     if metrics_port is not None:
         overrides["metrics"] = {**overrides.get("metrics", {}), "host": LOOPBACK, "port": metrics_port}
-    relay = RelayProcess(work_dir, relay_config(Path(work_dir) / "data", upstream_port, **overrides))
+    data = Path(data_dir) if data_dir is not None else Path(work_dir) / "data"
+    relay = RelayProcess(work_dir, relay_config(data, upstream_port, **overrides))
     relay.start()
     try:
         relay.wait_listening()

@@ -59,6 +59,18 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def make_durable_dir(path: Path) -> None:
+    """Create ``path`` and any missing parent, each new one flushed into its parent: a directory
+    that exists only in the page cache vanishes at a power cut with everything in it."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        fsync_dir(directory.parent)
+
+
 def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
     """Write a temp file, fsync it, rename it over ``path``, fsync the directory: after a
     crash the file holds either the old or the new content, never a mix.  Without ``sync``

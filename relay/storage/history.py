@@ -36,7 +36,7 @@ from ..gtid.spans import (
     span_from_json,
     span_to_json,
 )
-from .files import atomic_write
+from .files import atomic_write, make_durable_dir
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +223,18 @@ class HistoryIndex:
         for name in list(self.files())[:-1]:
             if name not in self.files():
                 continue  # purged meanwhile
-            self.indexed_spans(name)
-            known = self._known[name]
-            if known.complete:
+            try:
+                self.indexed_spans(name)
+                known = self._known[name]
+                if known.complete:
+                    continue
+                start, size = known.end, self._size(name)
+                added = await trio.to_thread.run_sync(build_spans, self.data_dir / name, start, size,
+                                                      self.interval)
+            except OSError as exc:  # purged while it was read, or unreadable: the index is a cache
+                if name in self.files():
+                    log.warning("history index of %s not built: %s", name, exc)
                 continue
-            start, size = known.end, self._size(name)
-            added = await trio.to_thread.run_sync(build_spans, self.data_dir / name, start, size, self.interval)
             if self._known.get(name) is known and known.end == start and not known.complete:
                 self._install(name, known, start, size, added)
                 log.info("history index of %s built from the file (%d spans)", name, len(known.spans))
@@ -335,8 +341,9 @@ class HistoryIndex:
         self._close_fd_of(name)
         path = sidecar_path(self.data_dir, name)
         try:
-            path.parent.mkdir(exist_ok=True)
-            atomic_write(path, _header(name) + _lines(spans, complete), sync=False)
+            make_durable_dir(path.parent)
+            # A closed file's index is flushed once: after a power cut the closed files need no walk.
+            atomic_write(path, _header(name) + _lines(spans, complete), sync=complete)
         except OSError as exc:  # the index is a cache: a full disk must not stop ingest for it
             log.warning("history index %s not written: %s", path, exc)
 
@@ -350,6 +357,8 @@ class HistoryIndex:
                     self._rewrite(name, self._known[name].spans[: -len(spans) or None], False)
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             os.write(self._fd, data)
+            if complete:  # flushed once, when the file is closed (see _rewrite)
+                os.fdatasync(self._fd)
         except OSError as exc:
             log.warning("history index of %s not written: %s", name, exc)
             self._close_fd()

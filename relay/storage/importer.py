@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
-from .files import DataDirError, DataDirLock, first_difference, fsync_dir
+from .files import DataDirError, DataDirLock, first_difference, fsync_dir, make_durable_dir
 from .history import HistoryIndex
 from .index import read_index, valid_binlog_name, write_index
 from .scan import iter_events
@@ -183,7 +183,7 @@ def import_binlogs(data_dir: Path | str, sources: list[Path | str]) -> ImportRes
         raise BinlogImportError("the same file name is given twice: " + ", ".join(sorted({n for n in names
                                                                                       if names.count(n) > 1})))
     created = not data_dir.exists()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_durable_dir(data_dir)
     lock_existed = (data_dir / "relay.lock").exists()
     lock = DataDirLock(data_dir)
     tmp: Path | None = None

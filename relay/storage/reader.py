@@ -86,12 +86,17 @@ class TailReader:
 
     def first_file_pending(self) -> NothingYet | None:
         """A relay that just started, or is one rotation behind its primary, may be asked for a
-        file it does not have yet but soon will: a blocking dump waits for it (ERR 1236 would
-        stop a replica's IO thread for good)."""
+        file it does not have yet but soon will, or whose first event it has not committed yet: a
+        blocking dump waits for it (ERR 1236 would stop a replica's IO thread for good)."""
         files = self.relay_log.files
+        committed = self.relay_log.committed
+        if self.relay_log.repairs_pending():  # a file a power cut damaged is fetched again first
+            return NothingYet(committed)
+        if files and self.file == files[-1] and committed == (self.file, 4):
+            return NothingYet(committed)  # created, its FORMAT_DESCRIPTION not committed yet (or lost at a power cut)
         if files and (not self.file or self.file in files or self.file != next_file_name(files[-1])):
             return None
-        return NothingYet(self.relay_log.committed)
+        return NothingYet(committed)
 
     def start(self) -> None:
         """Check the requested start and open its file; raises StartRefused as a primary would."""
@@ -118,7 +123,7 @@ class TailReader:
         if committed is not None and committed[0] != self.file:
             files = self.relay_log.files
             index = files.index(self.file) + 1 if self.file in files else len(files)
-            if index < len(files):
+            if index < len(files) and committed != (files[index], 4):  # the next file's FDE is committed
                 self._enter(files[index], 4, first=False)
                 return self.poll()
         return NothingYet(committed)

@@ -9,6 +9,7 @@ cut off: ingest resumes from there (docs/architecture.md, decisions 1-3).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from dataclasses import replace
@@ -21,7 +22,7 @@ from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from ..replication.stream import ResumePoint, Segment
 from ..stats import FSYNC_BUCKETS, Histogram
-from .files import DataDirError, DataDirLock, StoredFile, fsync_dir
+from .files import DataDirError, DataDirLock, StoredFile, fsync_dir, make_durable_dir
 from .history import DEFAULT_INTERVAL, HistoryIndex
 from .index import read_index, write_index
 from .scan import iter_events
@@ -30,6 +31,7 @@ from .state import Checkpoint, RelayState, read_state, write_state
 log = logging.getLogger(__name__)
 
 SYNC_POLICIES = ("commit", "interval", "none")
+REPAIR_WAIT_SECONDS = 30.0  # longest a dump waits for the start-up re-fetch of damaged files
 _IOV_MAX = 1024
 # sync: commit fsyncs a small batch (a few transactions) in the event loop itself when this disk's
 # fsyncs are fast: handing it to a worker thread and back costs two thread wake-ups and two loop
@@ -55,6 +57,7 @@ class RelayLog:
         self.state = RelayState()
         self.files: list[str] = []
         self.damaged: dict[str, int] = {}  # closed files cut short on disk: where their whole events end
+        self._repair_until = 0.0  # dumps wait until then for the first re-fetch of the damaged files
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
         # the newest group end written but not yet committed: (file, end, start of its last event)
@@ -80,7 +83,7 @@ class RelayLog:
     # ------------------------------------------------------------ open / recover / close
 
     def open(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_durable_dir(self.data_dir)
         self._lock.acquire()
         try:
             self.state = read_state(self.data_dir)
@@ -136,12 +139,40 @@ class RelayLog:
             path = self.path(name)
             size = path.stat().st_size
             with open(path, "rb") as stream:
+                if not _ends_with_rotate_or_stop(stream, size, _file_checksum_alg(stream)):
+                    # a primary that crashed, or a power cut that took the tail (whole events may
+                    # remain): the primary's size tells, once the upstream connects
+                    self._repair_until = time.monotonic() + REPAIR_WAIT_SECONDS
                 end = closed_file_end(stream, size)
             if end != size:
                 self.damaged[name] = end
                 log.error("stored %s is damaged: its whole events end at %d but the file is %d bytes (cut short "
                           "on disk?); dumps reading it end at %d with an error; the other files are served. "
                           "Restore it from the primary's or a backup's copy of %s", name, end, size, end, name)
+
+    def mark_cut_short(self, name: str, original_size: int) -> None:
+        """The closed file ``name`` is shorter than its original (``original_size`` bytes, the
+        primary's): a power cut took what the OS never flushed (storage.sync: none), or a disk lost
+        it.  It is treated as damaged: served up to where its whole events end, fetched again."""
+        path = self.path(name)
+        with open(path, "rb") as stream:
+            self.damaged[name] = closed_file_end(stream, path.stat().st_size)
+        log.error("stored %s is %d bytes, its original %d: cut short (a power cut with storage.sync: none?); "
+                  "served up to %d, fetched again from the primary", name, path.stat().st_size, original_size,
+                  self.damaged[name])
+
+    def repairs_pending(self) -> bool:
+        """Closed files were found that may be cut short (damaged, or not ending with a ROTATE or
+        STOP), and the upstream has not compared them with the primary's and fetched them again
+        yet (for at most REPAIR_WAIT_SECONDS): a dump starting now waits, instead of ending at the
+        damage (a replica's IO thread would stop for good) when a second later the file is whole."""
+        return time.monotonic() < self._repair_until
+
+    def repairs_tried(self) -> None:
+        """The upstream checked the closed files against the primary's and fetched again what it
+        could: the waiting dumps go on."""
+        self._repair_until = 0.0
+        self._wake_readers()
 
     def replace_damaged(self, name: str, fetched: Path) -> bool:
         """Put ``fetched`` (the primary's whole copy of the damaged closed file ``name``) in its place,
@@ -219,7 +250,7 @@ class RelayLog:
         for segment in segments:
             if segment.new_file:
                 if self._pending_commit is not None:
-                    self._after_commit()
+                    self._after_commit(force=True)
                 self._begin_file(segment.file)
             if self.committed is None or segment.file != self.committed[0]:
                 raise DataDirError(f"ingest wrote to {segment.file} while the current file is "
@@ -307,10 +338,14 @@ class RelayLog:
         self._write_pos += size
         self.bytes_written += size
 
-    def _after_commit(self) -> None:
-        """Commit the pending group end now, with an fsync first if the policy wants one."""
-        now = time.monotonic()
-        if self.sync == "commit" or (self.sync == "interval" and now - self._last_sync >= self._sync_interval):
+    def _after_commit(self, force: bool = False) -> None:
+        """Commit the pending group end, with an fsync first if the policy wants one.  With
+        ``interval`` that is at most every sync_interval_ms (unless ``force``): until then the groups
+        wait, published by the next fsync (this, or sync_if_due), so a reader never gets what a
+        power cut could still take from the relay."""
+        if self.sync == "interval" and not force and time.monotonic() - self._last_sync < self._sync_interval:
+            return
+        if self.sync != "none":
             self._fsync()
         target = self._pending_commit
         self._pending_commit = None
@@ -328,10 +363,14 @@ class RelayLog:
             self._write_checkpoint()
 
     def sync_if_due(self) -> None:
-        """For the interval policy when ingest is idle: fsync what was written."""
-        if self._fd is not None and self._durable_pos < self._write_pos:
-            if self.sync != "none" and time.monotonic() - self._last_sync >= self._sync_interval:
-                self._fsync()
+        """For the interval policy when ingest is idle: fsync what was written, and publish the
+        groups waiting for that fsync."""
+        if self._fd is None or self.sync != "interval" or time.monotonic() - self._last_sync < self._sync_interval:
+            return
+        if self._pending_commit is not None:
+            self._after_commit(force=True)
+        elif self._durable_pos < self._write_pos:
+            self._fsync()
 
     def _fsync(self) -> None:
         if self._fd is None:
@@ -362,7 +401,7 @@ class RelayLog:
         if self._fd is None or self.committed is None:
             return
         if self._pending_commit is not None and not self._fsync_failed:
-            self._after_commit()
+            self._after_commit(force=True)
         # Unconditionally: a write that failed half-way (disk full) moved the file offset
         # without moving _write_pos.
         name, end = self.committed
@@ -459,9 +498,12 @@ class RelayLog:
         return file in files and name in files and files.index(file) < files.index(name)
 
     async def wait_for_commit(self, seen: tuple[str, int] | None) -> tuple[str, int] | None:
-        """Return once the committed end differs from ``seen``."""
-        while self.committed == seen:
-            await self._commit_event.wait()
+        """Return once the committed end differs from ``seen``, or the wait for repairs ended."""
+        waiting_for_repairs = self.repairs_pending()
+        while self.committed == seen and self.repairs_pending() == waiting_for_repairs:
+            left = self._repair_until - time.monotonic() if waiting_for_repairs else math.inf
+            with trio.move_on_after(max(0.0, left)):
+                await self._commit_event.wait()
         return self.committed
 
 

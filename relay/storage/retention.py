@@ -1,9 +1,10 @@
 """Which stored binlog files may go (storage.retention, PURGE BINARY LOGS): a pure decision.
 
-Never the active file, never a file a connected replica still reads or will read next, and
-never below ``min_files``; then the oldest first, by total size and by age.  The policy also
-spares what a replica seen within ``replica_grace`` still needs (replicabook); an explicit
-PURGE, like a primary's, spares only what connected replicas read.
+Never the active file, never a file a connected replica still reads or will read next, with an
+archive never a file not archived yet, and never below ``min_files``; then the oldest first, by
+total size and by age.  The policy also spares what a replica seen within ``replica_grace``
+still needs (replicabook); an explicit PURGE, like a primary's, spares only what connected
+replicas read (and, with an archive, what is not archived yet).
 """
 
 from __future__ import annotations
@@ -26,18 +27,22 @@ class RetentionPolicy:
     min_files: int
 
 
-def purgeable(files: list[StoredFile], in_use_from: int | None) -> list[StoredFile]:
+def purgeable(files: list[StoredFile], in_use_from: int | None, archived: set[str] | None = None
+              ) -> list[StoredFile]:
     """The files that may be deleted at all: older than the active file and than any file a
-    dump reads (``in_use_from`` is the index of the oldest such file)."""
+    dump reads (``in_use_from`` is the index of the oldest such file) and, with an archive
+    (``archived``: the names archived and verified there), older than the oldest not archived."""
     limit = len(files) - 1
     if in_use_from is not None:
         limit = min(limit, in_use_from)
+    if archived is not None:
+        limit = min(limit, next((i for i, f in enumerate(files) if f.name not in archived), limit))
     return files[: max(0, limit)]
 
 
 def files_to_purge(files: list[StoredFile], policy: RetentionPolicy, in_use_from: int | None,
-                   now: float) -> list[str]:
-    candidates = purgeable(files, in_use_from)
+                   now: float, archived: set[str] | None = None) -> list[str]:
+    candidates = purgeable(files, in_use_from, archived)
     candidates = candidates[: max(0, len(files) - policy.min_files)]
     total = sum(f.size for f in files)
     chosen = []
@@ -83,11 +88,13 @@ class RetentionKeeper:
     """Applies the policy and PURGE statements to a relay log, sparing files in use."""
 
     def __init__(self, relay_log: RelayLog, policy: RetentionPolicy, files_in_use: Callable[[], set[str]],
-                 files_for_returning_replicas: Callable[[float], set[str]] = lambda now: set()) -> None:
+                 files_for_returning_replicas: Callable[[float], set[str]] = lambda now: set(),
+                 archived: Callable[[], set[str]] | None = None) -> None:
         self.relay_log = relay_log
         self.policy = policy
         self.files_in_use = files_in_use
         self.files_for_returning_replicas = files_for_returning_replicas
+        self.archived = archived  # with an archive: what is in it, the only files that may go
 
     def _in_use_from(self, files: list[StoredFile], also: set[str] | None = None) -> int | None:
         in_use = self.files_in_use() | (also or set())
@@ -99,7 +106,8 @@ class RetentionKeeper:
             return []
         files = self.relay_log.stored_files()
         in_use_from = self._in_use_from(files, self.files_for_returning_replicas(now))
-        return self.relay_log.purge(files_to_purge(files, self.policy, in_use_from, now))
+        archived = self.archived() if self.archived else None
+        return self.relay_log.purge(files_to_purge(files, self.policy, in_use_from, now, archived))
 
     def purge_to(self, target: str) -> list[str]:
         files = self.relay_log.stored_files()
@@ -112,8 +120,11 @@ class RetentionKeeper:
         return self._purge_allowed(files, files_modified_before(files, moment))
 
     def _purge_allowed(self, files: list[StoredFile], wanted: list[str]) -> list[str]:
-        allowed = {f.name for f in purgeable(files, self._in_use_from(files))}
+        archived = self.archived() if self.archived else None
+        allowed = {f.name for f in purgeable(files, self._in_use_from(files), archived)}
         chosen = [name for name in wanted if name in allowed]
         if len(chosen) < len(wanted) and not chosen:
+            if archived is not None and wanted[0] not in archived:
+                raise PurgeRefused(ER_LOG_IN_USE, f"{wanted[0]} is not archived yet, will not purge")
             raise PurgeRefused(ER_LOG_IN_USE, "A purgeable log is in use, will not purge")
         return self.relay_log.purge(chosen)

@@ -27,6 +27,7 @@ LONG = SCALE == "long"
 KILL9_CYCLES = 200 if LONG else 20
 PROXY_FAULTS_EACH = 100 if LONG else 20  # per kind and leg
 HOSTILE_CASES = 100_000 if LONG else 5_000
+POWER_CUTS = 200 if LONG else 20  # per storage.sync policy
 
 
 

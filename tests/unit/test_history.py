@@ -559,3 +559,20 @@ def test_search_by_gtid_finds_the_file_and_transaction(tmp_path, interval):
     assert missing["files"] == [] and missing["gtids"][0]["transaction"] is None
     with pytest.raises(SearchError):
         history.holding("yesterday")
+
+
+def test_building_missing_indexes_passes_over_a_file_purged_under_it(tmp_path):
+    """The worker that indexes stored files at start must not stop the relay when retention purges
+    a file it is about to read: it goes on with the next one."""
+    import trio
+
+    from tests.unit.test_changes import make_data_dir
+
+    data = make_data_dir(tmp_path, ["full.binlog", "minimal.binlog"])
+    files = ["mysql-bin.000001", "mysql-bin.000002", "mysql-bin.000003"]
+    (data / "mysql-bin.000003").write_bytes((data / "mysql-bin.000002").read_bytes())
+    history = HistoryIndex(data, lambda: files, lambda name: (data / name).stat().st_size, interval=1)
+    (data / files[0]).unlink()  # listed, then purged before the worker reads it
+    trio.run(history.index_stored_files)
+    assert not sidecar_path(data, files[0]).exists()
+    assert history.file_spans(files[1]).complete

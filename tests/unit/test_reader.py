@@ -1,6 +1,8 @@
 """The dump's tail reader over a real relay log: where a dump may start, the order of what it
 reads (file start, committed events, the next file) and "nothing yet" at the committed end."""
 
+import os
+
 import pytest
 
 from relay.binlog import events as ev
@@ -198,3 +200,51 @@ def test_the_pages_of_a_mapped_file_are_handed_back_once_sent(relay_log):
     # a block, and what a fault maps around it (a large folio: 2 MiB), not the 16 MiB read
     assert most <= 6 << 10, f"{most} KiB of {path.name} resident while reading it"
     reader.close()
+
+
+def test_a_new_file_is_not_entered_before_its_format_description_is_committed(relay_log):
+    """After a rotation the newest file exists with nothing committed in it (its FORMAT_DESCRIPTION
+    still on its way, or lost at a power cut): a dump waits there instead of reading an empty file."""
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    assert _read_all(reader)[-1] == NothingYet((FIRST, relay_log.committed[1]))
+    relay_log.apply([Segment(SECOND, 4, new_file=True)])  # created, nothing committed in it
+    assert relay_log.committed == (SECOND, 4)
+    assert reader.poll() == NothingYet((SECOND, 4))
+    assert TailReader(relay_log, SECOND, 4).first_file_pending() == NothingYet((SECOND, 4))
+    fde = bytes(EVENTS[0][1])
+    relay_log.apply([Segment(SECOND, 4, [fde], len(fde), 4 + len(fde), 4)])
+    assert reader.poll() == FileStart(SECOND, 4, fde, first=False)
+    assert TailReader(relay_log, SECOND, 4).first_file_pending() is None
+    reader.close()
+
+
+def test_dumps_wait_for_the_upstream_to_check_a_closed_file_a_power_cut_may_have_cut(tmp_path):
+    """A closed file that does not end with its ROTATE (a power cut took its tail, whole events may
+    remain) is compared with the primary's once the upstream connects, and fetched again: until
+    then a dump starting waits (ending at the cut would stop a replica's IO thread for good)."""
+    import trio
+    import trio.testing
+
+    stored = RelayLog(tmp_path, sync="none")
+    stored.open()
+    stored.apply([_whole_file(FIRST)])
+    stored.apply([_whole_file(SECOND)])
+    stored.close()
+    os.truncate(tmp_path / FIRST, EVENTS[3][0])  # cut at an event boundary: whole events remain
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    assert not relay_log.damaged and relay_log.repairs_pending()
+    reader = TailReader(relay_log, FIRST, 4)
+    assert reader.first_file_pending() == NothingYet(relay_log.committed)
+
+    async def wait_then_repair() -> None:
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(relay_log.wait_for_commit, relay_log.committed)
+                await trio.testing.wait_all_tasks_blocked()
+                relay_log.repairs_tried()  # the upstream compared and fetched: the waiting dump returns
+
+    trio.run(wait_then_repair)
+    assert not relay_log.repairs_pending() and reader.first_file_pending() is None
+    relay_log.close()

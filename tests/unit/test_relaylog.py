@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.replication.stream import Segment
+from relay.sandbox.polling import wait_for
 from relay.storage.files import DataDirError
 from relay.storage.index import read_index
 from relay.storage.relaylog import RelayLog
@@ -42,14 +43,34 @@ def _store_whole_file(data_dir: Path, sync: str = "commit") -> RelayLog:
 @pytest.mark.parametrize("sync", ["commit", "interval", "none"])
 def test_segments_are_stored_byte_for_byte(tmp_path, sync):
     relay_log = _store_whole_file(tmp_path, sync)
+    if sync == "interval":  # published by the first fsync, at most sync_interval later
+        wait_for(lambda: relay_log.sync_if_due() or relay_log.committed[1] > 4, 5, "no fsync after the interval")
     assert relay_log.committed == (NAME, len(BINLOG))
-    # commit: fsync before the committed end moved; none: no fsync on the way (only at close)
-    if sync != "interval":  # (interval depends on the clock)
-        assert (relay_log.fsync_seconds.count > 0) == (sync == "commit")
+    # commit and interval: fsync before the committed end moved; none: no fsync on the way (only at close)
+    assert (relay_log.fsync_seconds.count > 0) == (sync != "none")
     relay_log.close()
     assert (tmp_path / NAME).read_bytes() == BINLOG
     assert read_index(tmp_path) == [NAME]
     assert (tmp_path / "binlog.index").read_text() == f"./{NAME}\n"
+
+
+def test_with_sync_interval_readers_see_a_group_only_once_it_is_on_disk(tmp_path):
+    """A power cut takes at most sync_interval of transactions, and never one a replica was sent:
+    the committed end waits for the interval's fsync."""
+    relay_log = RelayLog(tmp_path, sync="interval", sync_interval=3600)
+    relay_log.open()
+    events = file_events(BINLOG)
+    tracker = GroupTracker()
+    ends = [(offset, offset + len(event)) for offset, event in events if tracker.ends_group(event[4], event)]
+    relay_log.apply([Segment(NAME, 4, [memoryview(e) for _, e in events], len(BINLOG) - 4, ends[-1][1],
+                             ends[-1][0], new_file=True)])
+    assert relay_log.committed == (NAME, 4) and relay_log.fsync_seconds.count == 0
+    relay_log.sync_if_due()  # the interval has not passed
+    assert relay_log.committed == (NAME, 4)
+    relay_log._sync_interval = 0  # as if an hour had passed
+    relay_log.sync_if_due()
+    assert relay_log.committed == (NAME, len(BINLOG)) and relay_log.fsync_seconds.count == 1
+    relay_log.close()
 
 
 def test_second_relay_on_same_data_dir_is_refused(tmp_path):
@@ -286,3 +307,20 @@ def test_fsync_figures_take_the_same_memory_however_many_fsyncs():
     assert len(histogram.counts) == len(FSYNC_BUCKETS) + 1 and histogram.count == 100_000
     cumulative = histogram.cumulative()
     assert cumulative[-1] == ("+Inf", 100_000) and cumulative[0] == ("0.0005", 51)  # 0 .. 0.0005 inclusive
+
+
+def test_a_closed_file_cut_short_is_marked_damaged_up_to_its_last_whole_event(tmp_path):
+    """storage.sync: none and a power cut: a closed file may come back shorter than the primary's.
+    It is served up to its last whole event and fetched again, not taken for another history."""
+    relay_log = _store_whole_file(tmp_path)
+    second = "mysql-bin.000002"
+    relay_log.apply([Segment(second, 4, new_file=True)])
+    relay_log.close()
+    events = file_events(BINLOG)
+    cut_inside = events[len(events) // 2][0] + 7
+    os.truncate(tmp_path / NAME, cut_inside)
+    reopened = RelayLog(tmp_path, sync="commit")
+    reopened.open()
+    reopened.mark_cut_short(NAME, len(BINLOG))
+    assert reopened.damaged[NAME] == events[len(events) // 2][0]
+    reopened.close()

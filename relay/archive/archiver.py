@@ -1,0 +1,210 @@
+"""The archiver: the trio task that uploads every closed stored file to the archive, once its events
+verify, keeps the list of what is archived, and applies archive.retention.
+
+A file is archived once its meta document is in the store (relay/archive/objects.py): only then
+may storage.retention remove the local copy (RetentionKeeper asks ``archived_names``).  The list
+is the store's (listed at start); ``archive.json`` in data_dir keeps a copy, so a relay whose store
+is down at start still knows what it may purge, and a restart fetches only the metas it lacks.
+
+The store being down never stops ingest or serving: uploads wait with a back-off (1 s doubling to
+a minute), the backlog is counted (``lag``) and uploaded in order once the store answers again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import trio
+
+from ..errors import RelayError
+from ..storage.files import atomic_write
+from ..storage.importer import BinlogImportError, check_file
+from ..storage.relaylog import RelayLog
+from .objectformat import DEFAULT_LEVEL, Kek
+from .objects import ArchivedFile, delete_archived, list_archive, upload
+from .store import ObjectStore, StoreConfig, open_store
+
+log = logging.getLogger(__name__)
+
+CATALOG = "archive.json"
+CHECK_SECONDS = 2.0
+MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    store: StoreConfig
+    keks: tuple[Kek, ...] = ()  # the first encrypts new uploads; all of them open old ones
+    level: int = DEFAULT_LEVEL
+    max_age: float | None = None  # archive.retention
+    max_files: int | None = None
+
+
+@dataclass
+class ArchiveStatus:
+    """What the archiver did, for /metrics."""
+
+    uploaded_files: int = 0
+    uploaded_file_bytes: int = 0  # bytes of the binlog files archived
+    uploaded_object_bytes: int = 0  # bytes of their objects: the ratio is file / object
+    deleted_files: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # by operation: list, upload, delete, read
+    damaged_reads: int = 0
+    served_bytes: int = 0
+    store_ok: bool = False
+
+    def failed(self, operation: str) -> None:
+        self.errors[operation] = self.errors.get(operation, 0) + 1
+
+
+class Archiver:
+    def __init__(self, settings: ArchiveSettings, relay_log: RelayLog,
+                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> None:
+        self.settings = settings
+        self.relay_log = relay_log
+        self.status = ArchiveStatus()
+        self._open_store = open_store_for
+        self.store: ObjectStore | None = None
+        self.url = str(settings.store.url)
+        self.files: dict[str, ArchivedFile] = self._load_catalog()
+        self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
+        self._backoff = MIN_BACKOFF
+
+    # ------------------------------------------------------------ what is archived
+
+    def archived_names(self) -> set[str]:
+        return set(self.files)
+
+    def pending(self) -> list[str]:
+        """The closed stored files not archived yet, oldest first (the newest file is still written)."""
+        closed = self.relay_log.files[:-1]
+        return [name for name in closed if name not in self.files and name not in self.relay_log.damaged
+                and name not in self._unverifiable]
+
+    def lag(self) -> tuple[int, int]:
+        """Files and bytes closed but not archived."""
+        names = self.pending()
+        return len(names), sum(self.relay_log.file_end(name) for name in names)
+
+    # ------------------------------------------------------------ the task
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self.store is None:
+                    await self._connect()
+                for name in self.pending():
+                    await self._archive(name)
+                await self._apply_retention()
+                self._backoff = MIN_BACKOFF
+                self.status.store_ok = True
+                await trio.sleep(CHECK_SECONDS)
+            except (RelayError, OSError) as exc:
+                # The store is down, refuses us, or answered with damage: ingest and serving go on;
+                # retried after a back-off, the message told once per failure.
+                self.status.store_ok = False
+                log.error("archive %s: %s; retrying in %.0f s", self.url, exc, self._backoff)
+                await trio.sleep(self._backoff)
+                self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+
+    async def _connect(self) -> None:
+        try:
+            store = await trio.to_thread.run_sync(self._open_store, self.settings.store)
+            await trio.to_thread.run_sync(store.check)
+            aborted = await trio.to_thread.run_sync(store.abort_stale_uploads)
+            listed = await trio.to_thread.run_sync(list_archive, store, self.files)
+        except RelayError:
+            self.status.failed("list")
+            raise
+        if aborted:
+            log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
+        gone = set(self.files) - set(listed)
+        if gone:
+            log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
+                        "archived again if still stored", self.url, len(gone), min(gone))
+        self.files = listed
+        self._save_catalog()
+        self.store = store
+        log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(listed), len(self.pending()))
+
+    async def _archive(self, name: str) -> None:
+        store = self.store
+        assert store is not None
+        path = self.relay_log.path(name)
+        try:
+            await trio.to_thread.run_sync(check_file, path, name)
+        except BinlogImportError as exc:
+            self._unverifiable.add(name)
+            self.status.failed("verify")
+            log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
+                      "disk until it is repaired", name, exc)
+            return
+        kek = self.settings.keks[0] if self.settings.keks else None
+        started = time.monotonic()
+        try:
+            archived = await trio.to_thread.run_sync(
+                lambda: upload(store, path, name, kek=kek, level=self.settings.level))
+        except (RelayError, OSError):
+            self.status.failed("upload")
+            raise
+        self.files[name] = archived
+        self._save_catalog()
+        self.status.uploaded_files += 1
+        self.status.uploaded_file_bytes += archived.file_size
+        self.status.uploaded_object_bytes += archived.object_size
+        log.info("archive: %s uploaded and verified (%d bytes, %d stored, %.1f s)", name, archived.file_size,
+                 archived.object_size, time.monotonic() - started)
+
+    async def _apply_retention(self) -> None:
+        doomed = self.to_delete(time.time())
+        store = self.store
+        for name in doomed:
+            assert store is not None
+            try:
+                await trio.to_thread.run_sync(delete_archived, store, name)
+            except RelayError:
+                self.status.failed("delete")
+                raise
+            del self.files[name]
+            self._save_catalog()
+            self.status.deleted_files += 1
+            log.info("archive: %s deleted (archive.retention)", name)
+
+    def to_delete(self, now: float) -> list[str]:
+        """archive.retention: the oldest archived files beyond max_files or older than max_age,
+        never one still stored locally (it would only be archived again)."""
+        names = sorted(self.files)
+        local = set(self.relay_log.files)
+        doomed = []
+        for index, name in enumerate(names):
+            too_many = self.settings.max_files is not None and len(names) - index > self.settings.max_files
+            too_old = self.settings.max_age is not None and now - self.files[name].archived_at > self.settings.max_age
+            if not (too_many or too_old) or name in local:
+                break  # oldest first, as the local retention
+            doomed.append(name)
+        return doomed
+
+    # ------------------------------------------------------------ the local catalog
+
+    def _load_catalog(self) -> dict[str, ArchivedFile]:
+        path = Path(self.relay_log.data_dir) / CATALOG
+        try:
+            document = json.loads(path.read_text())
+            if document.get("url") != self.url:
+                return {}  # another archive's: the store's listing rebuilds it
+            return {entry["name"]: ArchivedFile(**entry) for entry in document["files"]}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            log.warning("archive: %s unreadable (%s); the store's listing replaces it", path, exc)
+            return {}
+
+    def _save_catalog(self) -> None:
+        document = {"url": self.url, "files": [asdict(self.files[name]) for name in sorted(self.files)]}
+        atomic_write(Path(self.relay_log.data_dir) / CATALOG, json.dumps(document, indent=1).encode())
+

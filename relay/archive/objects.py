@@ -1,0 +1,225 @@
+"""Archived binlog files as objects of a store: upload one verified, read any range of one back,
+list and delete them.  Every function blocks (the store's calls, reading the file): the trio shell
+runs them in worker threads.
+
+Keys, relative to the archive's URL (``s3://bucket/prefix``)::
+
+    binlogs/<name>.zst         the object (relay/archive/objectformat.py: seekable zstd frames)
+    binlogs/<name>.meta.json   its meta document: written last, it is the commit record
+
+An object without its meta is an upload that did not finish (the relay was killed between the two
+PUTs, or the verification failed): it is not archived, the next upload replaces it.  A listing of
+the archive is therefore a listing of the metas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .objectformat import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_LEVEL,
+    TRAILER_PROBE,
+    ArchiveDamaged,
+    Kek,
+    ObjectLayout,
+    ObjectMeta,
+    ObjectReader,
+    ObjectWriter,
+    trailer_length,
+)
+from .store import ObjectMissing, ObjectStore
+
+log = logging.getLogger(__name__)
+
+OBJECT_DIR = "binlogs/"
+OBJECT_SUFFIX = ".zst"
+META_SUFFIX = ".meta.json"
+READ_BLOCK = 1 << 20  # bytes of the file read at a time while uploading
+VERIFY_FRAMES = 8  # frames fetched per ranged GET while verifying an upload
+
+
+def object_key(name: str) -> str:
+    return f"{OBJECT_DIR}{name}{OBJECT_SUFFIX}"
+
+
+def meta_key(name: str) -> str:
+    return f"{OBJECT_DIR}{name}{META_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    """One archived binlog file, as its meta document tells it."""
+
+    name: str
+    file_size: int
+    object_size: int
+    encrypted: bool
+    archived_at: float  # when its meta was stored (Unix time): archive.retention's clock
+
+    @classmethod
+    def of(cls, meta: ObjectMeta, archived_at: float) -> ArchivedFile:
+        return cls(meta.name, meta.file_size, meta.object_size, meta.encryption is not None, archived_at)
+
+
+class UploadMismatch(ArchiveDamaged):
+    """What the store holds after an upload is not what was sent: the upload is not committed."""
+
+
+def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
+           chunk_size: int = DEFAULT_CHUNK_SIZE) -> ArchivedFile:
+    """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
+    stream it into its object, read the object back and check that it decodes to the file's
+    bytes (CRC32 of the whole file), then store the meta document, which commits it."""
+    writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
+    sent = _FileDigest()
+    store.put(object_key(name), _object_frames(path, writer, sent))
+    meta = writer.meta
+    assert meta is not None  # set by finish(), which _object_frames called
+    if sent.size != meta.file_size:
+        raise UploadMismatch(object_key(name), f"{sent.size} bytes read, the object says {meta.file_size}")
+    back = _read_back_digest(store, meta, [kek] if kek is not None else [])
+    if (back.size, back.crc32) != (sent.size, sent.crc32):
+        raise UploadMismatch(object_key(name), f"read back it decodes to {back.size} bytes of CRC32 "
+                                               f"{back.crc32:08x}, the file is {sent.size} of {sent.crc32:08x}")
+    store.put(meta_key(name), [meta.to_json()])
+    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp())
+
+
+class _FileDigest:
+    def __init__(self) -> None:
+        self.size = 0
+        self.crc32 = 0
+
+    def update(self, data: bytes | bytearray | memoryview) -> None:
+        self.size += len(data)
+        self.crc32 = zlib.crc32(data, self.crc32)
+
+
+def _object_frames(path: Path, writer: ObjectWriter, digest: _FileDigest) -> Iterator[bytes]:
+    with open(path, "rb") as stream:
+        while block := stream.read(READ_BLOCK):
+            digest.update(block)
+            yield from writer.write(block)
+    yield writer.finish()
+
+
+def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> _FileDigest:
+    reader = open_reader(store, meta, keks)
+    digest = _FileDigest()
+    frames = reader.layout.frames
+    for first in range(0, len(frames), VERIFY_FRAMES):
+        batch = frames[first:first + VERIFY_FRAMES]
+        data = _get(store, object_key(meta.name), batch[0].object_start, batch[-1].object_end)
+        for frame in batch:
+            start = frame.object_start - batch[0].object_start
+            digest.update(reader.decode_frame(frame.index, data[start:start + frame.compressed_size]))
+    return digest
+
+
+def _get(store: ObjectStore, key: str, start: int, end: int) -> bytes:
+    data = store.get_range(key, start, end)
+    if len(data) != end - start:
+        raise ArchiveDamaged(key, f"bytes {start}..{end} asked, {len(data)} got: the object is cut short")
+    return data
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def read_meta(store: ObjectStore, name: str) -> ObjectMeta:
+    """The meta document of the archived file ``name``; ObjectMissing when it has none."""
+    key = meta_key(name)
+    head = store.head(key)
+    if head is None:
+        raise ObjectMissing(f"{name} is not in the archive (no {key})")
+    meta = ObjectMeta.from_json(_get(store, key, 0, head.size) if head.size else b"", key)
+    if meta.name != name:
+        raise ArchiveDamaged(key, f"it describes {meta.name}, not {name}")
+    return meta
+
+
+def open_reader(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> ObjectReader:
+    """The verified reader of the object ``meta`` describes: its trailer fetched and checked
+    (one ranged GET, a second for a very long seek table), the key unwrapped."""
+    key = object_key(meta.name)
+    head = store.head(key)
+    if head is None:
+        raise ArchiveDamaged(key, "its meta document is there, the object is not")
+    if head.size != meta.object_size:
+        raise ArchiveDamaged(key, f"{head.size} bytes, its meta document says {meta.object_size}")
+    probe = min(TRAILER_PROBE, head.size)
+    tail = _get(store, key, head.size - probe, head.size)
+    needed = trailer_length(tail, head.size, key)
+    if needed > len(tail):
+        tail = _get(store, key, head.size - needed, head.size)
+    return ObjectReader(ObjectLayout.parse(tail, head.size, key), meta, keks)
+
+
+class ArchivedFileReader:
+    """Ranges of one archived file, fetched and decoded frame by frame: at most one ranged GET
+    and one decoded frame (chunk_size bytes) in memory at a time, whatever the file's size."""
+
+    def __init__(self, store: ObjectStore, name: str, keks: Iterable[Kek]) -> None:
+        self.store = store
+        self.name = name
+        self.meta = read_meta(store, name)
+        self._reader = open_reader(store, self.meta, keks)
+        self._key = object_key(name)
+        self._cached: tuple[int, bytes] | None = None  # the last frame decoded: reads are sequential
+
+    @property
+    def size(self) -> int:
+        return self.meta.file_size
+
+    def read(self, offset: int, length: int) -> bytes:
+        """File bytes [offset, offset+length), fewer at the end of the file."""
+        pieces = []
+        for frame in self._reader.layout.frames_for(offset, length):
+            pieces.append(frame.piece(self._chunk(frame.index), offset, length))
+        return b"".join(pieces)
+
+    def _chunk(self, index: int) -> bytes:
+        if self._cached is not None and self._cached[0] == index:
+            return self._cached[1]
+        frame = self._reader.layout.frames[index]
+        data = _get(self.store, self._key, frame.object_start, frame.object_end)
+        chunk = self._reader.decode_frame(index, data)
+        self._cached = (index, chunk)
+        return chunk
+
+
+# ------------------------------------------------------------------------------------ listing
+
+
+def list_archive(store: ObjectStore, known: dict[str, ArchivedFile] | None = None) -> dict[str, ArchivedFile]:
+    """Every committed archived file (those with a meta document), by name; the metas of files in
+    ``known`` are not fetched again (an archived object never changes)."""
+    known = known or {}
+    found: dict[str, ArchivedFile] = {}
+    for listed in store.list(OBJECT_DIR):
+        if not listed.name.endswith(META_SUFFIX):
+            continue
+        name = listed.name[len(OBJECT_DIR):-len(META_SUFFIX)]
+        if name in known:
+            found[name] = known[name]
+            continue
+        try:
+            meta = read_meta(store, name)
+        except ArchiveDamaged as exc:
+            log.error("archive: %s; the file is treated as not archived", exc)
+            continue
+        when = listed.last_modified.timestamp() if listed.last_modified else 0.0
+        found[name] = ArchivedFile.of(meta, when)
+    return found
+
+
+def delete_archived(store: ObjectStore, name: str) -> None:
+    """The meta first: from then on the file is not archived, even if the object's delete fails."""
+    store.delete(meta_key(name))
+    store.delete(object_key(name))

@@ -1,0 +1,435 @@
+"""The object store client of the archive: S3 and S3-compatible stores (MinIO, Ceph RGW, GCS's and
+R2's S3 APIs), through boto3.
+
+What the archive needs and nothing more (``ObjectStore``): put an object streamed from an iterable of
+byte strings (one PUT up to ``multipart_threshold``, a multipart upload above it: the object appears
+at its key only when CompleteMultipartUpload succeeds, atomically, so a killed upload never leaves a
+partial object there), get a byte range, head, list a prefix, delete, and abort the incomplete
+multipart uploads a killed upload left under our prefix (they cost storage until aborted).  Names
+are relative to the prefix of the store's URL (``s3://bucket/prefix``).
+
+Every call blocks: the trio shell runs them in worker threads (``trio.to_thread.run_sync``); one
+``S3Store`` is safe to share between threads (a boto3 client is).  Why boto3 rather than obstore (the
+Rust object_store bindings), measured against moto's S3 server on loopback: obstore spends less
+client CPU (about half on uploads, three quarters on ranged GETs) but neither is close to being the
+archive's cost (compressing is), obstore cannot list or abort the incomplete multipart uploads a
+killed relay leaves (object_store has no such call), does not read the shared credentials file of
+the standard AWS chain, and its async API is for asyncio, not trio, so it would run in worker
+threads all the same.  Only this module knows which library it is.
+
+Errors, by what the caller should do: ``StoreUnavailable`` (a ``RetryableError``: the store is
+unreachable, slow, overloaded or answered 5xx; try again later), ``StoreAccessError`` (a
+``FatalError``: credentials refused, access denied, no such bucket, TLS verification failed; an
+operator must act), ``ObjectMissing`` (a ``Refusal``: the key is not there).  No message ever holds a
+secret: they are built from the store's error code and text, and scrubbed of the credentials.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from ..errors import FatalError, InputError, Refusal, RelayError, RetryableError
+
+if TYPE_CHECKING:  # boto3-stubs[s3], for the type checker only
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
+MIB = 1 << 20
+MIN_PART_SIZE = 5 * MIB  # S3's smallest part but the last
+MAX_PARTS = 10_000
+
+# Error codes by kind.  Throttling and the store's own failures are worth retrying; credentials and
+# permissions are not (the same request will be refused again until an operator acts).
+_MISSING = {"NoSuchKey", "404", "NotFound"}
+_NO_BUCKET = {"NoSuchBucket"}
+_ACCESS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
+           "TokenRefreshRequired", "AllAccessDisabled", "AccountProblem", "InvalidClientTokenId",
+           "UnrecognizedClientException", "RequestTimeTooSkewed", "403", "Forbidden"}
+# NoSuchUpload: our multipart upload was aborted under us (another process's clean-up): start over.
+_RETRYABLE = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeoutException",
+              "InternalError", "ServiceUnavailable", "503", "500", "OperationAborted", "NoSuchUpload"}
+_LATER = "a passing failure, try again later"
+_BOTO_ERRORS = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+_UNREACHABLE = (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectionClosedError,
+                botocore.exceptions.ConnectTimeoutError, botocore.exceptions.ReadTimeoutError,
+                botocore.exceptions.ResponseStreamingError, botocore.exceptions.IncompleteReadError,
+                botocore.exceptions.ProxyConnectionError, botocore.exceptions.HTTPClientError)
+
+
+class StoreUnavailable(RetryableError):
+    """The object store cannot be reached or failed this time: retried after a back-off."""
+
+
+class StoreAccessError(FatalError):
+    """The object store refuses us (credentials, permissions, bucket, TLS): an operator must act."""
+
+
+class ObjectMissing(Refusal):
+    """No object at that key."""
+
+
+# ------------------------------------------------------------------------------ configuration
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """``s3://bucket/prefix``: where the archive lives.  ``prefix`` is empty or ends with "/"."""
+
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> StoreURL:
+        match = re.fullmatch(r"s3://([^/?#\s]+)(?:/([^?#]*))?", url)
+        if match is None:
+            raise InputError(f"object store URL {url!r}: expected s3://bucket or s3://bucket/prefix")
+        bucket, prefix = match.group(1), (match.group(2) or "").strip("/")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}", bucket):
+            raise InputError(f"object store URL {url!r}: {bucket!r} is not a bucket name")
+        return cls(bucket, f"{prefix}/" if prefix else "")
+
+    def key(self, name: str) -> str:
+        """The store key of a name relative to the prefix."""
+        if not name or name.startswith("/"):
+            raise ValueError(f"object name {name!r}: expected a relative name")
+        return self.prefix + name
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How to reach the store.  Credentials come from the standard AWS chain (environment
+    variables, the shared credentials and config files, ``profile``, container or instance roles)
+    unless ``access_key_id_file`` and ``secret_access_key_file`` name files holding them."""
+
+    url: str
+    endpoint_url: str | None = None  # an S3-compatible store; None: AWS S3 of ``region``
+    region: str | None = None
+    profile: str | None = None
+    access_key_id_file: Path | None = None
+    secret_access_key_file: Path | None = None
+    session_token_file: Path | None = None
+    verify_tls: bool = True
+    ca_bundle: Path | None = None  # a private CA of an S3-compatible store
+    # "path" suits every S3-compatible store; None: path style with an endpoint_url, else AWS's choice
+    addressing_style: Literal["auto", "path", "virtual"] | None = None
+    # Some S3-compatible stores refuse the CRC32 checksums newer botocore sends on every upload:
+    # "when_required" sends them only where the API requires one.
+    request_checksums: Literal["when_supported", "when_required"] = "when_supported"
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0  # without a byte from the store: not the time of a whole transfer
+    max_attempts: int = 3  # per call, with botocore's back-off; the caller's loop retries further
+    multipart_threshold: int = 16 * MIB
+    part_size: int = 16 * MIB
+
+    def __post_init__(self) -> None:
+        StoreURL.parse(self.url)
+        if self.part_size < MIN_PART_SIZE:
+            raise InputError(f"object store part size {self.part_size}: S3 needs at least {MIN_PART_SIZE} bytes")
+        if (self.access_key_id_file is None) != (self.secret_access_key_file is None):
+            raise InputError("object store credentials: give both access_key_id_file and secret_access_key_file")
+
+
+@dataclass(frozen=True)
+class ObjectHead:
+    name: str
+    size: int
+    etag: str
+    checksum: str | None  # "CRC32:<base64>" and the like, when the store keeps one
+    last_modified: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ListedObject:
+    name: str
+    size: int
+    etag: str
+    last_modified: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class PutResult:
+    name: str
+    size: int
+    etag: str
+    parts: int  # 0: a single PUT
+
+
+class ObjectStore(Protocol):
+    """What the archive needs of an object store (names are relative to the store's prefix)."""
+
+    def put(self, name: str, chunks: Iterable[bytes | bytearray | memoryview]) -> PutResult: ...
+    def get_range(self, name: str, start: int, end: int) -> bytes: ...
+    def head(self, name: str) -> ObjectHead | None: ...
+    def list(self, prefix: str = "") -> Iterator[ListedObject]: ...
+    def delete(self, name: str) -> None: ...
+    def abort_stale_uploads(self, initiated_before: dt.datetime | None = None) -> int: ...
+    def check(self) -> None: ...
+
+
+# ------------------------------------------------------------------------------ boto3
+
+
+@dataclass(frozen=True)
+class _Secrets:
+    values: tuple[str, ...] = field(repr=False)
+
+    def scrub(self, text: str) -> str:
+        for value in self.values:
+            if value:
+                text = text.replace(value, "<redacted>")
+        return text
+
+
+def _read_secret(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        # the OSError names the file and the reason, never the content
+        raise StoreAccessError(f"object store {what} file {path}: cannot read it ({type(exc).__name__}: "
+                               f"{getattr(exc, 'strerror', None) or 'not UTF-8 text'})") from None
+
+
+class S3Store:
+    """``ObjectStore`` over boto3's S3 client."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.url = StoreURL.parse(config.url)
+        self.started = dt.datetime.now(dt.UTC)
+        self.where = f"{self.url}" + (f" at {config.endpoint_url}" if config.endpoint_url else "")
+        key_id = secret = token = None
+        if config.access_key_id_file is not None and config.secret_access_key_file is not None:
+            key_id = _read_secret(config.access_key_id_file, "access key id")
+            secret = _read_secret(config.secret_access_key_file, "secret access key")
+            if config.session_token_file is not None:
+                token = _read_secret(config.session_token_file, "session token")
+        try:
+            session = boto3.session.Session(aws_access_key_id=key_id, aws_secret_access_key=secret,
+                                            aws_session_token=token, region_name=config.region,
+                                            profile_name=config.profile)
+        except botocore.exceptions.ProfileNotFound as exc:
+            raise StoreAccessError(f"object store {self.where}: {exc}") from None
+        found = session.get_credentials()
+        frozen = found.get_frozen_credentials() if found is not None else None
+        # the secrets this store signs with: scrubbed from every message, should a store echo one
+        self._secrets = _Secrets(tuple(value for value in (
+            secret, token, frozen.secret_key if frozen else None, frozen.token if frozen else None) if value))
+        addressing = config.addressing_style or ("path" if config.endpoint_url else "auto")
+        client_config = botocore.config.Config(
+            connect_timeout=config.connect_timeout,
+            read_timeout=config.read_timeout,
+            retries={"total_max_attempts": config.max_attempts, "mode": "standard"},  # the first one included
+            s3={"addressing_style": addressing},
+            request_checksum_calculation=config.request_checksums,
+            response_checksum_validation="when_supported",
+            max_pool_connections=16,
+        )
+        verify: bool | str = str(config.ca_bundle) if config.ca_bundle is not None else config.verify_tls
+        self._client: S3Client = session.client("s3", endpoint_url=config.endpoint_url, verify=verify,
+                                                config=client_config)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.where})"
+
+    # --- the interface
+
+    def check(self) -> None:
+        """That the bucket exists and the credentials are accepted (HeadBucket): for start-up, so a
+        configuration error is told at once instead of at the first archived file."""
+        try:
+            self._client.head_bucket(Bucket=self.url.bucket)
+        except _BOTO_ERRORS as exc:
+            if _code(exc) in _MISSING:  # HeadBucket has no body: a 404 is the bucket
+                raise StoreAccessError(f"object store {self.where}: bucket '{self.url.bucket}' does not exist") \
+                    from None
+            raise self._error(exc, "checking the bucket") from None
+
+    def put(self, name: str, chunks: Iterable[bytes | bytearray | memoryview]) -> PutResult:
+        """Store the concatenation of ``chunks`` at ``name``, holding at most about two parts in
+        memory.  Above ``multipart_threshold`` bytes it is a multipart upload, aborted if anything
+        fails here; if the process dies instead, the incomplete upload stays until
+        ``abort_stale_uploads``, and the key shows no object (or still the previous one)."""
+        key = self.url.key(name)
+        source = iter(chunks)
+        buffer = bytearray()
+        for chunk in source:
+            buffer += chunk
+            if len(buffer) > self.config.multipart_threshold:
+                return self._put_multipart(name, key, buffer, source)
+        try:
+            answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer))
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "storing", name) from None
+        return PutResult(name, len(buffer), answer.get("ETag", ""), 0)
+
+    def _put_multipart(self, name: str, key: str, buffer: bytearray,
+                       source: Iterator[bytes | bytearray | memoryview]) -> PutResult:
+        part_size = self.config.part_size
+        try:
+            upload_id = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key)["UploadId"]
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "starting the upload of", name) from None
+        parts: list[CompletedPartTypeDef] = []
+        size = 0
+        try:
+            while True:
+                while len(buffer) >= part_size:
+                    size += self._upload_part(key, upload_id, parts, bytes(buffer[:part_size]))
+                    del buffer[:part_size]
+                chunk = next(source, None)
+                if chunk is None:
+                    break
+                buffer += chunk
+            if buffer or not parts:
+                size += self._upload_part(key, upload_id, parts, bytes(buffer))
+            answer = self._client.complete_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id,
+                                                            MultipartUpload={"Parts": parts})
+        except BaseException as exc:
+            # Whatever failed (the store, or the source of the bytes), leave no upload behind.
+            try:
+                self._client.abort_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id)
+            except _BOTO_ERRORS:
+                pass  # abort_stale_uploads at the next start cleans up
+            if isinstance(exc, _BOTO_ERRORS):
+                raise self._error(exc, "uploading", name) from None
+            raise  # the source's own error (reading the file, the writer), or the relay's
+        return PutResult(name, size, answer.get("ETag", ""), len(parts))
+
+    def _upload_part(self, key: str, upload_id: str, parts: list[CompletedPartTypeDef], body: bytes) -> int:
+        number = len(parts) + 1
+        if number > MAX_PARTS:
+            raise StoreAccessError(f"object store {self.where}: {key} needs more than {MAX_PARTS} parts of "
+                                   f"{self.config.part_size} bytes; raise the part size")
+        answer = self._client.upload_part(Bucket=self.url.bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                          Body=body)
+        parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+        return len(body)
+
+    def get_range(self, name: str, start: int, end: int) -> bytes:
+        """Bytes ``start..end-1`` of the object (fewer if the object ends before ``end``)."""
+        if not 0 <= start < end:
+            raise ValueError(f"byte range {start}..{end} of {name}")
+        try:
+            answer = self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(name),
+                                             Range=f"bytes={start}-{end - 1}")
+            body: bytes = answer["Body"].read()  # botocore checks it against Content-Length
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "reading", name) from None
+        return body
+
+    def head(self, name: str) -> ObjectHead | None:
+        """Size, ETag and the store's checksum of the object, None when there is none."""
+        try:
+            answer = self._client.head_object(Bucket=self.url.bucket, Key=self.url.key(name), ChecksumMode="ENABLED")
+        except _BOTO_ERRORS as exc:
+            if _code(exc) in _MISSING:
+                return None
+            raise self._error(exc, "looking up", name) from None
+        stored = {"CRC64NVME": answer.get("ChecksumCRC64NVME"), "CRC32C": answer.get("ChecksumCRC32C"),
+                  "CRC32": answer.get("ChecksumCRC32"), "SHA256": answer.get("ChecksumSHA256"),
+                  "SHA1": answer.get("ChecksumSHA1")}
+        checksum = next((f"{algorithm}:{value}" for algorithm, value in stored.items() if value), None)
+        return ObjectHead(name, int(answer["ContentLength"]), answer.get("ETag", ""), checksum,
+                          answer.get("LastModified"))
+
+    def list(self, prefix: str = "") -> Iterator[ListedObject]:
+        """The objects whose names start with ``prefix``, in key order (paged as the store pages)."""
+        start = len(self.url.prefix)
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.url.bucket,
+                                                                           Prefix=self.url.prefix + prefix)
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    yield ListedObject(item["Key"][start:], int(item["Size"]), item.get("ETag", ""),
+                                       item.get("LastModified"))
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "listing", prefix or "(all)") from None
+
+    def delete(self, name: str) -> None:
+        """Remove the object (no error if there is none: S3 answers the same)."""
+        try:
+            self._client.delete_object(Bucket=self.url.bucket, Key=self.url.key(name))
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "deleting", name) from None
+
+    def abort_stale_uploads(self, initiated_before: dt.datetime | None = None) -> int:
+        """Abort the incomplete multipart uploads under our prefix started before
+        ``initiated_before`` (default: when this store was opened, so an upload this process has
+        started since is never touched); return how many.  For start-up: a relay killed while
+        uploading leaves one, invisible but billed."""
+        cutoff = initiated_before or self.started
+        aborted = 0
+        try:
+            pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.url.bucket,
+                                                                                  Prefix=self.url.prefix)
+            for page in pages:
+                for upload in page.get("Uploads", ()):
+                    if upload["Initiated"] >= cutoff:
+                        continue
+                    try:
+                        self._client.abort_multipart_upload(Bucket=self.url.bucket, Key=upload["Key"],
+                                                            UploadId=upload["UploadId"])
+                    except botocore.exceptions.ClientError as exc:
+                        if _code(exc) != "NoSuchUpload":  # finished or aborted meanwhile
+                            raise
+                        continue
+                    aborted += 1
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "cleaning up the incomplete uploads of", self.url.prefix or "(all)") from None
+        return aborted
+
+    # --- errors
+
+    def _error(self, exc: BaseException, doing: str, name: str | None = None) -> RelayError:
+        """The relay's kind of error for a boto3 failure, in words a DBA reads, without secrets."""
+        what = f"object store {self.where}: {doing}" + (f" {name}" if name else "")
+        code = _code(exc)
+        if isinstance(exc, botocore.exceptions.ClientError):
+            error = exc.response.get("Error", {})
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code.isdigit():  # an answer without a body (HEAD): only the HTTP status tells
+                said = f"HTTP {status} {error.get('Message') or ''}".strip()
+            else:
+                said = self._secrets.scrub(f"{code}: {error.get('Message') or 'no message'} (HTTP {status})")
+            if code in _MISSING:
+                return ObjectMissing(f"{what}: no such object")
+            if code in _NO_BUCKET:
+                return StoreAccessError(f"{what}: bucket '{self.url.bucket}' does not exist ({said})")
+            if code in _ACCESS or status in (401, 403):
+                return StoreAccessError(f"{what}: refused, check the credentials and the bucket's permissions "
+                                        f"({said})")
+            if code in _RETRYABLE or status >= 500 or status == 429:
+                return StoreUnavailable(f"{what}: the store failed ({said}); {_LATER}")
+            return StoreAccessError(f"{what}: the store refused the request ({said})")
+        if isinstance(exc, botocore.exceptions.SSLError):
+            return StoreAccessError(f"{what}: TLS failed ({self._secrets.scrub(str(exc))}); check the endpoint's "
+                                    "certificate, or give its CA as ca_bundle")
+        if isinstance(exc, (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)):
+            return StoreAccessError(f"{what}: no credentials found (environment, shared credentials file, "
+                                    "profile or key files)")
+        if isinstance(exc, _UNREACHABLE):
+            return StoreUnavailable(f"{what}: the store is unreachable ({self._secrets.scrub(str(exc))}); {_LATER}")
+        return StoreUnavailable(f"{what}: {type(exc).__name__}: {self._secrets.scrub(str(exc))}; {_LATER}")
+
+
+def _code(exc: BaseException) -> str:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def open_store(config: StoreConfig) -> ObjectStore:
+    """The store of a configuration (S3 and S3-compatible stores, the only kind so far)."""
+    return S3Store(config)

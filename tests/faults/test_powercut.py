@@ -1,0 +1,298 @@
+"""Power cuts, not only kill -9 (RELIABILITY.md): the relay keeps its data_dir on a file system that
+loses, at a cut, whatever was not flushed (tests/support/powercut.py), under a write load from a
+real MariaDB primary, with a MariaDB replica and `mariadb-binlog --stop-never` reading from it.
+
+With `sync: commit` and the relay a semi-sync replica of the primary, after every cut and with no
+step by an operator the relay must come up by itself and hold every transaction the primary
+received an acknowledgement for, everything it sent a replica or mariadb-binlog (no downstream
+reader ahead of its history), files that are byte prefixes of the primary's ending at a
+transaction boundary, and, once caught up, the primary's files.  The cuts are aimed also at the
+rare moments: between the rename of relay-state.json or binlog.index and the fsync of the
+directory, right after a new binlog file is created (a rotation), in the middle of the writes of a
+large transaction, after a purge's unlink, while an index sidecar is written.
+
+With `sync: interval` and `none` the same run measures what is lost (printed, and in
+RELIABILITY.md): never a partial transaction, and whatever is lost is fetched again from the
+primary with no gap.  With `interval` no reader may be ahead either: the relay publishes a group
+to its readers only once the interval's fsync made it durable."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from relay.sandbox.binlogfiles import BINLOG_MAGIC, GTID_EVENT, HEADER_LEN, split_events
+from relay.sandbox.compare import copy_differences
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import LOOPBACK
+from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_binlog_settled
+from tests.faults.conftest import POWER_CUTS
+from tests.support.faults import SequenceLoad, assert_exactly_once, stored_bytes, wait_replica_gtid
+from tests.support.metrics import Scrape
+from tests.support.powercut import PowerCutMount
+
+XID_EVENT = 16
+# what ends a group, or stands alone: XID, QUERY (COMMIT, DDL), ROTATE, FDE, GTID_LIST, BINLOG_CHECKPOINT, STOP
+GROUP_ENDS = (16, 2, 4, 15, 163, 161, 3)
+SEMI_SYNC_PRIMARY = ["--rpl-semi-sync-master-enabled=ON", "--rpl-semi-sync-master-timeout=600000"]
+FDE_FLAGS = 4 + 17  # the FORMAT_DESCRIPTION's flags byte: its in-use bit is the one byte a copy may differ in
+# Where a cut is aimed, in turn: (operation, part of the path, how many of them may pass first); None: a
+# random moment of the load.
+AIMS: list[tuple[str, str, int] | None] = [
+    None,
+    ("rename", "/relay-state.json", 3),
+    ("create", "/mysql-bin.", 2),
+    ("write", "/mysql-bin.", 300),  # often inside a large transaction (every 8th carries 48 KiB)
+    ("fsync", "/mysql-bin.", 40),
+    ("rename", "/binlog.index", 2),
+    ("unlink", "/mysql-bin.", 1),  # a purge (retention keeps 192 KiB)
+    ("rename", "/replicas.json", 2),
+    ("write", ".idx", 5),  # an index sidecar
+]
+
+
+@dataclass
+class Cuts:
+    """What the cuts did, for the summary line RELIABILITY.md quotes."""
+
+    acknowledged: list[int] = field(default_factory=list)  # commits returned before each cut
+    lost: list[int] = field(default_factory=list)  # transactions stored before a cut and not after
+    restarts: list[float] = field(default_factory=list)
+    served_bytes: int = 0
+    aimed: dict[str, int] = field(default_factory=dict)
+
+
+def _stored_gtid_seqs(data_dir: Path) -> list[int]:
+    """The seq_no of every whole transaction stored (domain 0; the load's end in an XID), from the
+    files themselves."""
+    seqs = []
+    for name in _index(data_dir):
+        path = data_dir / name
+        if not path.exists():
+            continue
+        data = path.read_bytes()
+        opened = None
+        for event in _whole_events(data):
+            if event.type == GTID_EVENT and len(event.data) >= HEADER_LEN + 8:
+                opened = int.from_bytes(event.data[HEADER_LEN : HEADER_LEN + 8], "little")
+            elif event.type == XID_EVENT and opened is not None:
+                seqs.append(opened)
+                opened = None
+    return seqs
+
+
+def _whole_events(data: bytes) -> list:  # type: ignore[type-arg]
+    """The whole events of a binlog file's bytes (a torn last one left out)."""
+    if data[:4] != BINLOG_MAGIC:
+        return []
+    whole, pos = [], 4
+    while pos + HEADER_LEN <= len(data) and (length := int.from_bytes(data[pos + 9 : pos + 13], "little")) and \
+            length >= HEADER_LEN and pos + length <= len(data):
+        whole.append(next(split_events(data[pos : pos + length])))
+        pos += length
+    return whole
+
+
+def _index(data_dir: Path) -> list[str]:
+    index = data_dir / "binlog.index"
+    return [Path(line.strip()).name for line in index.read_text().splitlines() if line.strip()] \
+        if index.exists() else []
+
+
+def _assert_prefixes_of_the_primary(primary, data_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    """Every stored file is a byte prefix of the primary's file of that name (the in-use flag aside)."""
+    for name in _index(data_dir):
+        path = data_dir / name
+        if not path.exists():
+            continue
+        stored = bytearray(path.read_bytes())
+        original = bytearray(primary.binlog_path(name).read_bytes()[: len(stored)])
+        for copy in (stored, original):
+            if len(copy) > FDE_FLAGS:
+                copy[FDE_FLAGS] &= 0xFE
+        assert stored == original, f"{name}: the stored {len(stored)} bytes are not the primary's"
+
+
+def _committed_at_a_group_end(primary, relay) -> None:  # type: ignore[no-untyped-def]
+    """After the restart the relay's committed end is where a transaction ends (recovery cut any
+    partial one off), and what it holds up to there is the primary's."""
+    values = Scrape.fetch(relay.metrics_port)
+    number = int(values.value("binlog_relay_committed_file_number") or 0)
+    end = int(values.value("binlog_relay_committed_position_bytes") or 0)
+    name = next(n for n in _index(relay.data_dir) if int(n.rsplit(".", 1)[1]) == number)
+    data = (relay.data_dir / name).read_bytes()[:end]
+    events = _whole_events(data)
+    assert sum(e.length for e in events) == end - 4, f"{name}: the committed end {end} is inside an event"
+    if events and events[-1].type not in GROUP_ENDS:
+        raise AssertionError(f"{name}: the committed end {end} follows an event of type {events[-1].type}")
+    original = bytearray(primary.binlog_path(name).read_bytes()[:end])
+    stored = bytearray(data)
+    for copy in (stored, original):
+        if len(copy) > FDE_FLAGS:
+            copy[FDE_FLAGS] &= 0xFE
+    assert stored == original, f"{name}: the committed bytes are not the primary's"
+
+
+def _converged(primary, relay, replica, commits: int) -> str:  # type: ignore[no-untyped-def]
+    """Once caught up: the files the relay keeps (retention purged the older ones) are the primary's
+    files of those names and its newest is the primary's newest; the replica holds every transaction
+    exactly once.  Returns how long that took."""
+    started = time.monotonic()
+    wait_binlog_settled(primary)
+
+    def mirrored() -> bool:
+        relay.check_alive()
+        names = _index(relay.data_dir)
+        return bool(names) and names[-1] == primary.binlog_files()[-1][0] and not copy_differences(
+            [primary.binlog_path(name) for name in names], relay.data_dir)
+
+    wait_for(mirrored, 120, "the relay's files did not become the primary's")
+    mirror = time.monotonic() - started
+    wait_replica_gtid(primary, replica)
+    assert_exactly_once(primary, replica, commits)
+    return f"relay caught up in {mirror:.1f}s, the replica in {time.monotonic() - started:.1f}s"
+
+
+def _start_binlog_reader(port: int, out: Path, first: str) -> subprocess.Popen[bytes]:
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        ["mariadb-binlog", "--read-from-remote-server", "--host", LOOPBACK, "--port", str(port), "--user", REPL_USER,
+         f"--password={REPL_PASSWORD}", "--raw", "--stop-never", f"--result-file={out}/", first],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _assert_not_ahead(data_dir: Path, sent_dir: Path) -> int:
+    """Everything mariadb-binlog was sent is in the stored files (they may hold more); the bytes it got."""
+    total = 0
+    for path in sorted(sent_dir.glob("mysql-bin.*")):
+        sent = bytearray(path.read_bytes())
+        if len(sent) <= len(BINLOG_MAGIC) or path.name < _index(data_dir)[0]:
+            continue  # opened at the ROTATE naming it, nothing of it sent; or purged by retention since
+        stored_path = data_dir / path.name
+        assert stored_path.exists(), (f"mariadb-binlog was sent {len(sent)} bytes of {path.name}, which the relay "
+                                      f"lost (it holds {_index(data_dir)})")
+        stored = bytearray(stored_path.read_bytes()[: len(sent)])
+        for copy in (sent, stored):
+            if len(copy) > FDE_FLAGS:
+                copy[FDE_FLAGS] &= 0xFE
+        assert len(stored) == len(sent) and stored == sent, (
+            f"mariadb-binlog was sent {len(sent)} bytes of {path.name}, the relay holds {len(stored)} of them")
+        total += len(sent)
+    return total
+
+
+def _assert_replica_not_ahead(replica, data_dir: Path, when: str) -> None:  # type: ignore[no-untyped-def]
+    """What the replica read (Master_Log_File, Read_Master_Log_Pos) is in the stored files, or is the
+    start of the file the last stored ROTATE names (read at that ROTATE: nothing of it yet)."""
+    status = replica.slave_status()
+    read_file, read_pos = str(status["Master_Log_File"]), int(status["Read_Master_Log_Pos"])
+    names = _index(data_dir)
+    if read_file in names:
+        path = data_dir / read_file
+        # binlog.index names a new file before it is created (recovery creates it): cut in between,
+        # the replica can only be at its start, told so by the previous file's ROTATE.
+        stored_size = path.stat().st_size if path.exists() else len(BINLOG_MAGIC)
+        assert stored_size >= read_pos, (
+            f"{when}: the replica read {read_file}:{read_pos}, beyond the relay's history")
+        return
+    last = list(split_events((data_dir / names[-1]).read_bytes()[4:]))[-1]
+    named = last.data[HEADER_LEN + 8 : last.length - 4].decode(errors="replace") if last.type == 4 else None
+    assert (read_file, read_pos) == (named, 4), (
+        f"{when}: the replica read {read_file}:{read_pos}, beyond the relay's history ({names[-1]} is its last file)")
+
+
+def _cut(mount: PowerCutMount, relay, rng: random.Random, aim: tuple[str, str, int] | None) -> str:  # type: ignore[no-untyped-def]
+    """Kill the relay at an aimed or a random moment, and cut the power; returns what it was aimed at."""
+    if aim is not None:
+        operation, part, most = aim
+        mount.arm(operation, part, rng.randint(1, most))
+        try:
+            wait_for(lambda: mount.tripped() is not None, 20, "not reached")
+        except AssertionError:
+            mount.arm("none", "-", 1)  # the aimed moment did not come: a random one instead
+            aim = None
+    if aim is None:
+        deadline = time.monotonic() + rng.uniform(0.0, 0.5)
+        wait_for(lambda: time.monotonic() >= deadline, 5)
+    os.kill(relay.pid, signal.SIGKILL)  # it dies once the cut aborts any request it waits for
+    mount.cut()
+    relay.proc.wait(30)
+    return "random" if aim is None else f"{aim[0]} {aim[1]}"
+
+
+@pytest.mark.parametrize("sync", ["commit", "interval", "none"])
+def test_power_cuts(mariadb_factory, fault_relay, tmp_path, sync):
+    rng = random.Random(20261125)
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=65536"]
+                              + (SEMI_SYNC_PRIMARY if sync == "commit" else []))
+    replica = mariadb_factory(server_id=11)
+    with PowerCutMount(tmp_path / "mnt", tmp_path) as mount:
+        data_dir = mount.mountpoint / "data"
+        relay = fault_relay("relay", primary.port, data_dir=str(data_dir),
+                            storage={"sync": sync, "sync_interval_ms": 50, "index_interval": "16K",
+                                     "retention": {"max_size": "192K", "min_files": 2}},
+                            upstream={"semi_sync": sync == "commit"})
+        if sync == "commit":
+            primary.wait_until(lambda: primary.sql("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")[0][1]
+                               == "1", 30, "the relay did not connect as a semi-sync replica")
+        attach_replica(replica, relay.port, log_file=FIRST_FILE, log_pos=4)
+        load = SequenceLoad(primary)  # creates its table: the load's transactions come after
+        base = int(str(primary.sql("SELECT @@GLOBAL.gtid_binlog_pos")[0][0]).split("-")[2])
+        cuts = Cuts()
+        with load:
+            load.wait_commits(30)
+            for cycle in range(POWER_CUTS):
+                reader_dir = tmp_path / f"sent-{cycle}"
+                reader = _start_binlog_reader(relay.port, reader_dir, _index(data_dir)[-1])
+                target = stored_bytes(relay) + rng.randint(1, 40_000)
+                wait_for(lambda target=target: stored_bytes(relay) >= target, 60,
+                         f"cut {cycle}: the relay stored nothing more")
+                before = set(_stored_gtid_seqs(data_dir))
+                acknowledged = load.commits  # returned on the primary: acknowledged by the relay, with semi-sync
+                aimed = _cut(mount, relay, rng, AIMS[cycle % len(AIMS)])
+                cuts.aimed[aimed] = cuts.aimed.get(aimed, 0) + 1
+                reader.kill()
+                reader.wait(10)
+                after = set(_stored_gtid_seqs(data_dir))
+                cuts.acknowledged.append(acknowledged)
+                # the tail lost (retention purges the oldest files meanwhile: not a loss)
+                cuts.lost.append(len([seq for seq in before if seq > max(after, default=0)]))
+                _assert_prefixes_of_the_primary(primary, data_dir)
+                if sync == "commit":
+                    assert (max(after) if after else 0) >= base + acknowledged, (
+                        f"cut {cycle} ({aimed}): {acknowledged} transactions acknowledged, the relay holds up to "
+                        f"{max(after) - base if after else 0}")
+                if sync != "none":  # interval: what readers were sent had been synced
+                    try:
+                        cuts.served_bytes += _assert_not_ahead(data_dir, reader_dir)
+                    except AssertionError as exc:
+                        raise AssertionError(f"cut {cycle} ({aimed}): {exc}") from None
+                    _assert_replica_not_ahead(replica, data_dir, f"cut {cycle} ({aimed})")
+                killed = time.monotonic()
+                relay.start()
+                relay.wait_listening()
+                cuts.restarts.append(time.monotonic() - killed)
+                _committed_at_a_group_end(primary, relay)
+            commits = load.stop()
+        recovery = _converged(primary, relay, replica, commits)
+        if sync == "commit":
+            status = dict(primary.sql("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_%'"))
+            assert status["Rpl_semi_sync_master_no_tx"] == "0", "a commit returned without the relay's ACK"
+        counts = mount.counts()
+        assert "Traceback" not in relay.log_text()
+        assert counts["cuts"] == POWER_CUTS
+    aimed = ", ".join(f"{k}: {v}" for k, v in cuts.aimed.items())
+    print(f"\nFAULTS powercut sync={sync}: {POWER_CUTS} cuts ({aimed}), "
+          f"{commits} transactions, {cuts.acknowledged[-1]} acknowledged before the last cut, "
+          f"{cuts.served_bytes} bytes served to mariadb-binlog and checked, transactions lost per cut: "
+          f"max {max(cuts.lost)}, total {sum(cuts.lost)}; bytes lost by the file system {counts['lost_bytes']}, "
+          f"restart to listening median {statistics.median(cuts.restarts):.2f}s; after the load: {recovery}")
