@@ -40,17 +40,18 @@ from .common import (
     PRIMARY,
     RELAY,
     BenchError,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     cpu_seconds,
     git_commit,
+    int_list,
     log,
     machine_info,
     median,
     mib,
-    print_results,
+    parse_bench_args,
     require_programs,
     reset_peak_rss,
-    run_main,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -225,24 +226,19 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.capacity", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=300, min_mb=100, max_binlog_size="128M", port=26316, name="benchcap")
-    p.add_argument("--clients", default="1,10,50,100", help="client counts, comma-separated")
-    p.add_argument("--rounds", type=int, default=3, help="runs per source and client count, alternating")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/capacity", help="the relay's data_dir, config, log")
-    p.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
-    args = p.parse_args(argv)
-    args.clients = [int(c) for c in args.clients.split(",") if c]
-    if args.rounds < 1 or not args.clients or min(args.clients) < 1:
-        p.error("--rounds and every client count must be at least 1")
+    p = bench_parser("capacity", __doc__, rounds="runs per source and client count, alternating",
+                     workdir="/tmp/binlog-relay-bench/capacity", timeout=900,
+                     primary={"size_mb": 300, "min_mb": 100, "max_binlog_size": "128M", "port": 26316,
+                              "name": "benchcap"})
+    p.add_argument("--clients", type=int_list, default="1,10,50,100", help="client counts, comma-separated")
+    args = parse_bench_args(p, argv)
+    if not args.clients or min(args.clients) < 1:
+        p.error("every client count must be at least 1")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

@@ -36,16 +36,16 @@ from .common import (
     PRIMARY,
     RELAY,
     BenchError,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     cpu_seconds,
     git_commit,
     log,
     machine_info,
     median,
     mib,
-    print_results,
+    parse_bench_args,
     require_programs,
-    run_main,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -164,22 +164,16 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.catchup", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=300, min_mb=100, max_binlog_size="128M", port=26316, name="benchcap")
-    p.add_argument("--rounds", type=int, default=3, help="fetches from each source, alternating")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/catchup", help="the relay's and the replica's dirs")
-    p.add_argument("--timeout", type=float, default=900, help="seconds one fetch may take")
-    args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
-    return args
+    p = bench_parser("catchup", __doc__, rounds="fetches from each source, alternating",
+                     workdir="/tmp/binlog-relay-bench/catchup", workdir_help="the relay's and the replica's dirs",
+                     timeout=900, timeout_help="seconds one fetch may take",
+                     primary={"size_mb": 300, "min_mb": 100, "max_binlog_size": "128M", "port": 26316,
+                              "name": "benchcap"})
+    return parse_bench_args(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,66 @@ def print_results(args: argparse.Namespace, report: Callable[[dict[str, Any]], s
         log(f"results written to {args.json}")
 
 
+Results = dict[str, Any]
+
+
+def bench_main(argv: list[str] | None, parse_args: Callable[[list[str] | None], argparse.Namespace],
+               run_benchmark: Callable[[argparse.Namespace], Results], report: Callable[[Results], str],
+               child: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Every benchmark's ``main``: parse its command line (its ``parse_args``, which bench/suite.py
+    calls too), then ``run_main`` its ``run_benchmark`` and ``print_results`` with its ``report``.
+    ``child``: the benchmark's measured child process (``--child``, internal), run instead."""
+    args = parse_args(argv)
+    if child is not None and getattr(args, "child", None):
+        return child(args)
+    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+
+
+def bench_parser(module: str, doc: str | None, *, rounds: str | None = "runs of each tool, alternating",
+                 workdir: str | None = None, workdir_help: str = "the relay's data_dir, config, log",
+                 timeout: float | None = None, timeout_help: str = "seconds one run may take",
+                 keep: str | None = None, primary: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The command line every benchmark starts from (``python3 -m bench.MODULE``, described by the first
+    paragraph of its docstring ``doc``), with the options they share; each adds its own after.
+
+    Always ``--json PATH``.  ``rounds``: the help of ``--rounds N`` (default 3, at least 1: see
+    ``parse_bench_args``; None: no such option).  ``workdir``: the default of ``--workdir``;
+    ``timeout``: of ``--timeout`` (seconds).  ``primary``: the defaults of the sandbox primary's
+    options (``add_primary_options``: size_mb, min_mb, max_binlog_size, port, name), which include
+    ``--keep``; otherwise ``keep``: the help of a ``--keep`` of the benchmark's own."""
+    parser = argparse.ArgumentParser(prog=f"python3 -m bench.{module}", description=(doc or "").split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    if primary is not None:
+        add_primary_options(parser, **primary)
+    elif keep is not None:
+        parser.add_argument("--keep", action="store_true", help=keep)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    if rounds is not None:
+        parser.add_argument("--rounds", type=int, default=3, help=rounds)
+    if workdir is not None:
+        parser.add_argument("--workdir", default=workdir, help=workdir_help)
+    if timeout is not None:
+        parser.add_argument("--timeout", type=float, default=timeout, help=timeout_help)
+    return parser
+
+
+def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parser``'s arguments, ``--rounds`` (when it has one) checked to be at least 1; an error ends
+    the program with the usage, as argparse's own errors do."""
+    args = parser.parse_args(argv)
+    if getattr(args, "rounds", 1) < 1:
+        parser.error("--rounds must be at least 1")
+    return args
+
+
+def int_list(text: str) -> list[int]:
+    """An option's comma-separated whole numbers (client counts): ``"1,10,50"`` -> [1, 10, 50]."""
+    try:
+        return [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -111,24 +171,32 @@ def sandbox_primary(args: Any) -> LocalMariaDB:
     return LocalMariaDB(Path(args.sandbox_dir) / args.name, PRIMARY_SERVER_ID, args.port)
 
 
-def add_primary_options(parser: argparse.ArgumentParser, *, size_mb: float, min_mb: float, max_binlog_size: str,
-                        port: int, name: str) -> None:
-    """The sandbox primary's options, alike in every benchmark that uses one (the defaults differ:
-    ingest and serve share a large one, capacity and catchup a smaller one)."""
+def add_sandbox_options(parser: argparse.ArgumentParser, *, port: int, name: str,
+                        reuse_when: str = "its binlog is big enough") -> None:
+    """Where the sandbox primary lives and whether it outlives the run: --reuse, --keep, --port,
+    --name, --sandbox-dir (``sandbox_primary`` reads them)."""
     parser.add_argument("--reuse", action="store_true",
-                        help="reuse the sandbox primary of an earlier --reuse run if its binlog is big enough, "
+                        help=f"reuse the sandbox primary of an earlier --reuse run if {reuse_when}, "
                              "and keep its directory (server stopped) for the next one")
     parser.add_argument("--keep", action="store_true",
                         help="keep the primary's directory at the end (the server stops)")
+    parser.add_argument("--port", type=int, default=port, help="the sandbox primary's port")
+    parser.add_argument("--name", default=name, help="the sandbox's name (benchmarks with the same name share it)")
+    parser.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
+                        help="where the primary's directory (my.cnf, data/) lives")
+
+
+def add_primary_options(parser: argparse.ArgumentParser, *, size_mb: float, min_mb: float, max_binlog_size: str,
+                        port: int, name: str) -> None:
+    """The sandbox primary's options, alike in every benchmark whose primary is filled by
+    ``prepare_primary`` (bench/ingest.py): the sandbox's, and how its binlog is filled (the defaults
+    differ: ingest and serve share a large one, capacity and catchup a smaller one)."""
+    add_sandbox_options(parser, port=port, name=name)
     parser.add_argument("--size-mb", type=float, default=size_mb, help="MiB of binlog to generate for a new primary")
     parser.add_argument("--fill", choices=["sysbench", "sql"], default="sysbench",
                         help="how a new primary is filled (sql: a few plain INSERTs, for smoke runs)")
     parser.add_argument("--min-mb", type=float, default=min_mb, help="refuse to measure a smaller binlog (MiB)")
     parser.add_argument("--max-binlog-size", default=max_binlog_size, help="the primary's max_binlog_size")
-    parser.add_argument("--port", type=int, default=port, help="the sandbox primary's port")
-    parser.add_argument("--name", default=name, help="the sandbox's name (benchmarks with the same name share it)")
-    parser.add_argument("--sandbox-dir", default="/tmp/binlog-relay-bench/sandbox",
-                        help="where the primary's directory (my.cnf, data/) lives")
 
 
 def server_version(server: LocalMariaDB) -> str:

@@ -1,4 +1,5 @@
-"""Row decoding throughput on one core: relay.rows.changes vs mysql-replication, same binlog.
+"""Row decoding throughput on one core: relay.rows.changes reading a local binlog file vs
+mysql-replication streaming the same file from mariadbd over TCP.
 
     python3 -m bench.decode [--oltp 20000] [--bulk 200000] [--rounds 3] [--json PATH] [--keep]
 
@@ -10,10 +11,20 @@
 2. **relay**: ``relay.pipeline.read.iter_changes`` over the primary's binlog files, every
    change row produced (all values decoded to Python objects); a second figure adds
    ``row_json`` (what the Spark source does per row).
-3. **mysql-replication**: ``BinLogStreamReader`` (is_mariadb, blocking=False) reading the
-   same files from the primary from their first byte to their end, ``.rows`` read for every
-   rows event so its values are decoded.
-4. CPU time of this process only (``time.process_time``; the server's dump thread is another
+3. **mysql-replication**: ``BinLogStreamReader(is_mariadb=False, blocking=False,
+   resume_stream=True, log_file=FILE, log_pos=4)`` streaming the same file from the primary
+   (mariadbd, over TCP on loopback) from its first event to its own ROTATE, ``.rows`` read for
+   every rows event so its values are decoded.  ``is_mariadb=False`` makes it send the plain
+   COM_BINLOG_DUMP by file name and position, which MariaDB serves (``is_mariadb=True`` would
+   send an empty file name, a GTID start, and ignore ``log_file``); it still declares CRC32
+   checksums and ``@mariadb_slave_capability=4``, so it gets MariaDB's GTID events, and it sets
+   no flag but non-blocking (no ANNOTATE_ROWS events).
+4. **discard reader** (``bench/rawclient.py`` ``discard_file_dump``, the raw client of the
+   capacity and ingest benchmarks, on one file's dump): the same dump (file, position, flags,
+   checksum and capability settings) received into a buffer it throws away, up to the same
+   ROTATE, no packet parsed.  The relay reads a local file, mysql-replication a socket: this is
+   the socket's share of mysql-replication's CPU seconds, a row of its own, in no ratio.
+5. CPU time of this process only (``time.process_time``; the server's dump thread is another
    process), events/s and rows/s, median of ``--rounds``; the ratio is mysql-replication's CPU
    seconds over the relay's for the same file (the same rows decoded).  Goals: decoding >= 20x,
    the export form (relay+json) >= 10x, in both workloads.
@@ -34,10 +45,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import BenchError, log, machine_info, print_results, run_main, table
+from .common import BenchError, bench_main, bench_parser, log, machine_info, parse_bench_args, table
+from .rawclient import discard_file_dump, file_dump_wire
 
 DECODE_GOAL = 20.0
 EXPORT_GOAL = 10.0
+MYSQL_REPLICATION_SERVER_ID = 4242
+DISCARD_SERVER_ID = 4243
+DISCARD = "discard reader (socket only)"
 
 TABLE_SQL = """CREATE TABLE bench.sbtest (
   id INT NOT NULL PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL,
@@ -125,7 +140,7 @@ def run_mysql_replication(port: int, files: list[Path]) -> dict[str, float]:
     events = rows = 0
     started = time.process_time()
     for path in files:
-        stream = BinLogStreamReader(connection_settings=settings, server_id=4242, blocking=False,
+        stream = BinLogStreamReader(connection_settings=settings, server_id=MYSQL_REPLICATION_SERVER_ID, blocking=False,
                                     resume_stream=True, log_file=path.name, log_pos=4, is_mariadb=False,
                                     enable_logging=False)
         try:
@@ -140,16 +155,28 @@ def run_mysql_replication(port: int, files: list[Path]) -> dict[str, float]:
     return {"cpu_s": time.process_time() - started, "rows": rows, "events": events}
 
 
+def run_discard_reader(port: int, path: Path, wire: dict[str, Any]) -> dict[str, float]:
+    """The discard reader of the dump mysql-replication reads: CPU seconds of this process, as theirs."""
+    started = time.process_time()
+    discard_file_dump(port, DISCARD_SERVER_ID, path.name, wire["wire_bytes"], wire["rotate"])
+    return {"cpu_s": time.process_time() - started}
+
+
 def measure(server: Any, label: str, path: Path, rounds: int) -> dict[str, Any]:
-    """One workload's file, every tool ``rounds`` times alternating; medians and ratios."""
+    """One workload's file, every tool ``rounds`` times alternating; medians and ratios; and the
+    discard reader of mysql-replication's dump (the socket's share of its CPU seconds)."""
     events = count_events(path)
     size = path.stat().st_size
-    log(f"{label}: {path.name}, {size / (1 << 20):.1f} MiB, {events} events")
+    wire = file_dump_wire(server.port, DISCARD_SERVER_ID, path.name)
+    log(f"{label}: {path.name}, {size / (1 << 20):.1f} MiB, {events} events; its dump "
+        f"{wire['wire_bytes'] / (1 << 20):.1f} MiB, {wire['events']} events")
     figures: dict[str, list[dict[str, float]]] = {"relay": [], "relay+json": [], "mysql-replication": []}
+    discard: list[dict[str, float]] = []
     for _ in range(rounds):
         figures["relay"].append(run_relay([path], False))
         figures["relay+json"].append(run_relay([path], True))
         figures["mysql-replication"].append(run_mysql_replication(server.port, [path]))
+        discard.append(run_discard_reader(server.port, path, wire))
     if len({r["rows"] for runs in figures.values() for r in runs}) != 1:
         raise BenchError(f"{label}: the tools decoded different numbers of rows: {figures}")
     summary = {}
@@ -164,7 +191,11 @@ def measure(server: Any, label: str, path: Path, rounds: int) -> dict[str, Any]:
     ref = summary["mysql-replication"]["cpu_s"]
     for tool in summary:
         summary[tool]["ratio"] = ref / summary[tool]["cpu_s"]
-    return {"file_bytes": size, "file_events": events, "tools": summary,
+    socket_cpu = statistics.median(r["cpu_s"] for r in discard)
+    socket = {"cpu_s": socket_cpu, "cpu_s_min": min(r["cpu_s"] for r in discard),
+              "cpu_s_max": max(r["cpu_s"] for r in discard), "wire_bytes": wire["wire_bytes"],
+              "events": wire["events"], "share_of_mysql_replication": socket_cpu / ref}
+    return {"file_bytes": size, "file_events": events, "tools": summary, "socket": socket,
             "goals": {"decode": summary["relay"]["ratio"] >= DECODE_GOAL,
                       "export": summary["relay+json"]["ratio"] >= EXPORT_GOAL}}
 
@@ -184,36 +215,48 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(base, ignore_errors=True)
 
 
+SOURCES_NOTE = ("the relay decodes the local binlog file; mysql-replication streams the same file from mariadbd "
+                "over TCP (loopback)")
+
+
+def socket_note(socket: dict[str, Any]) -> str:
+    """What receiving the dump costs mysql-replication: the discard reader's share of its CPU seconds."""
+    return (f"the socket's share of mysql-replication's CPU: {100 * socket['share_of_mysql_replication']:.1f}% "
+            f"({socket['cpu_s']:.3f} s for a discard reader of the same dump, "
+            f"{socket['wire_bytes'] / (1 << 20):.1f} MiB)")
+
+
 def report(results: dict[str, Any]) -> str:
-    lines = [f"Row decoding on one core, median of {results['rounds']} (CPU seconds of this process); "
-             f"goals: decoding >= {DECODE_GOAL:.0f}x, the export form (relay+json) >= {EXPORT_GOAL:.0f}x"]
+    lines = [f"Row decoding on one core, median of {results['rounds']} (CPU seconds of this process): "
+             f"{SOURCES_NOTE}; goals: decoding >= {DECODE_GOAL:.0f}x, the export form (relay+json) >= "
+             f"{EXPORT_GOAL:.0f}x"]
     for label, w in results["workloads"].items():
+        rows = [[tool, f"{s['cpu_s']:.2f}", s["events"], s["rows"], f"{s['events_per_s'] / 1000:.1f}",
+                 f"{s['rows_per_s'] / 1000:.1f}", f"{s['ratio']:.1f}"] for tool, s in w["tools"].items()]
+        notes = []
+        if "socket" in w:  # not in the results of runs before it was measured
+            rows.append([DISCARD, f"{w['socket']['cpu_s']:.2f}", w["socket"]["events"], "-", "-", "-", "-"])
+            notes.append(socket_note(w["socket"]))
         lines += ["", f"{label}: {w['file_bytes'] / (1 << 20):.1f} MiB, {w['file_events']} events",
-                  table(["tool", "CPU s", "events", "rows", "k events/s", "k rows/s", "ratio"],
-                        [[tool, f"{s['cpu_s']:.2f}", s["events"], s["rows"], f"{s['events_per_s'] / 1000:.1f}",
-                          f"{s['rows_per_s'] / 1000:.1f}", f"{s['ratio']:.1f}"] for tool, s in w["tools"].items()]),
+                  table(["tool", "CPU s", "events", "rows", "k events/s", "k rows/s", "ratio"], rows),
+                  *notes,
                   f"decoding {'met' if w['goals']['decode'] else 'NOT met'}, "
                   f"export form {'met' if w['goals']['export'] else 'NOT met'}"]
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python3 -m bench.decode", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = bench_parser("decode", __doc__, keep="keep the primary's directory")
     parser.add_argument("--oltp", type=int, default=20000, help="small transactions (3 rows each)")
     parser.add_argument("--bulk", type=int, default=200000, help="rows of the one bulk INSERT ... SELECT")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", default=None, help="also write the results as JSON here")
-    parser.add_argument("--keep", action="store_true", help="keep the primary's directory")
-    args = parser.parse_args(argv)
-    if args.rounds < 1 or args.oltp < 1 or args.bulk < 1:
-        parser.error("--rounds, --oltp and --bulk must be at least 1")
+    args = parse_bench_args(parser, argv)
+    if args.oltp < 1 or args.bulk < 1:
+        parser.error("--oltp and --bulk must be at least 1")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

@@ -81,17 +81,18 @@ from .common import (
     RELAY,
     BenchError,
     BinlogFile,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     check_copy,
     cpu_seconds,
     git_commit,
+    int_list,
     log,
     machine_info,
     median,
     mib,
-    print_results,
+    parse_bench_args,
     require_programs,
-    run_main,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -508,11 +509,12 @@ def _max_binlog_size(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.gtidstart", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=1000, min_mb=900, max_binlog_size="1G", port=26336, name="benchgtid")
-    p.add_argument("--clients", default="1,20,100", help="reconnect storm client counts, comma-separated")
-    p.add_argument("--rounds", type=int, default=3, help="runs per figure and source, alternating relay and primary")
+    p = bench_parser("gtidstart", __doc__, rounds="runs per figure and source, alternating relay and primary",
+                     workdir="/tmp/binlog-relay-bench/gtidstart", timeout=3600,
+                     primary={"size_mb": 1000, "min_mb": 900, "max_binlog_size": "1G", "port": 26336,
+                              "name": "benchgtid"})
+    p.add_argument("--clients", type=int_list, default="1,20,100",
+                   help="reconnect storm client counts, comma-separated")
     p.add_argument("--back", type=int, default=200,
                    help="transactions between the first-event client's connect state and the end of the start file")
     p.add_argument("--spread", type=int, default=50,
@@ -522,13 +524,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--restart-relay", action="store_true",
                    help="restart the relay (and wait until it caught up) before each relay run instead of "
                         "measuring the running relay")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/gtidstart", help="the relay's data_dir, config, log")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
-    args = p.parse_args(argv)
-    args.clients = [int(c) for c in args.clients.split(",") if c]
-    if args.rounds < 1 or not args.clients or min(args.clients) < 1:
-        p.error("--rounds and every client count must be at least 1")
+    args = parse_bench_args(p, argv)
+    if not args.clients or min(args.clients) < 1:
+        p.error("every client count must be at least 1")
     if args.back < 1 or not 0 <= args.spread < args.back or args.client_processes < 0:
         p.error("--back must be at least 1, --spread between 0 and --back - 1, --client-processes at least 0")
     if args.size_mb * MIB >= _max_binlog_size(args.max_binlog_size):
@@ -537,8 +535,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

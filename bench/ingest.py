@@ -47,7 +47,8 @@ from .common import (
     BenchError,
     BinlogFile,
     Measured,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     binlog_bytes,
     check_copy,
     fill_sql,
@@ -57,10 +58,9 @@ from .common import (
     machine_info,
     median,
     mib,
+    parse_bench_args,
     primary_binlogs,
-    print_results,
     require_programs,
-    run_main,
     run_measured,
     sandbox_primary,
     server_version,
@@ -493,17 +493,13 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.ingest", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=600, min_mb=500, max_binlog_size="256M", port=26306, name="benchp")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--rounds", type=int, default=3, help="runs of each tool, alternating")
+    p = bench_parser("ingest", __doc__, workdir="/tmp/binlog-relay-bench/work",
+                     workdir_help="where the downloads go (one fresh directory per run)", timeout=600,
+                     primary={"size_mb": 600, "min_mb": 500, "max_binlog_size": "256M", "port": 26306,
+                              "name": "benchp"})
     p.add_argument("--sync", type=lambda s: [x.strip() for x in s.split(",") if x.strip()],
                    default="commit,none",
                    help="relay storage.sync policies to run, comma-separated; the first is the headline")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/work",
-                   help="where the downloads go (one fresh directory per run)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
     p.add_argument("--poll", type=float, default=0.005, help=argparse.SUPPRESS)
     p.add_argument("--profile", choices=["py-spy", "cprofile"],
                    help="after the timed runs, profile one more relay ingest and print the hot spots")
@@ -514,23 +510,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data-dir", help=argparse.SUPPRESS)
     p.add_argument("--target-file", help=argparse.SUPPRESS)
     p.add_argument("--target-pos", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = parse_bench_args(p, argv)
     if args.child:
         args.sync = args.sync[0]
         return args
     bad = [s for s in args.sync if s not in ("commit", "interval", "none")]
     if bad or not args.sync:
         p.error(f"--sync: policies are commit, interval, none (got {args.sync})")
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.child:
-        return child_main(args)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report, child=child_main)
 
 
 if __name__ == "__main__":

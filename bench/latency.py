@@ -37,12 +37,13 @@ from relay.sandbox.replication import replica_note
 
 from .common import (
     BenchError,
+    bench_main,
+    bench_parser,
     fresh_dir,
     git_commit,
     log,
     machine_info,
-    print_results,
-    run_main,
+    parse_bench_args,
     start_bench_relay,
     stop_relay,
     table,
@@ -235,15 +236,12 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.latency", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = bench_parser("latency", __doc__, rounds=None, keep="keep the workdir (logs) at the end",
+                     workdir="/tmp/binlog-relay-bench/latency", workdir_help="servers' and relays' directories")
     p.add_argument("--commits", type=int, default=2000, help="measured commits per source")
     p.add_argument("--block", type=int, default=50, help="commits per block before the replica switches source")
     p.add_argument("--sync", default="commit,none", help="the relays' storage.sync policies, comma-separated")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/latency", help="servers' and relays' directories")
-    p.add_argument("--keep", action="store_true", help="keep the workdir (logs) at the end")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    args = p.parse_args(argv)
+    args = parse_bench_args(p, argv)
     args.sync = [s for s in args.sync.split(",") if s]
     if args.commits < 1 or args.block < 1:
         p.error("--commits and --block must be at least 1")
@@ -251,8 +249,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

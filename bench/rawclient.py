@@ -21,6 +21,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
+from relay.protocol.codes import BINLOG_DUMP_NON_BLOCK, BINLOG_SEND_ANNOTATE_ROWS_EVENT, EOF_PACKET, EVENT_PACKET
 from relay.protocol.packets import is_eof, is_err, parse_err
 from relay.sandbox.binlogfiles import BINLOG_CHECKPOINT_EVENT, GTID_EVENT, HEADER_LEN
 from relay.sandbox.client import BlockingClient
@@ -28,9 +29,8 @@ from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
 
 from .common import BenchError
 
-DUMP_NON_BLOCK = 0x01
-DUMP_SEND_ANNOTATE_ROWS = 0x02  # MariaDB: without it ANNOTATE_ROWS events are left out, as a replica gets them
-DUMP_FLAGS = DUMP_NON_BLOCK | DUMP_SEND_ANNOTATE_ROWS
+# MariaDB leaves ANNOTATE_ROWS events out without BINLOG_SEND_ANNOTATE_ROWS_EVENT, as a replica gets them
+DUMP_FLAGS = BINLOG_DUMP_NON_BLOCK | BINLOG_SEND_ANNOTATE_ROWS_EVENT
 BUFFER = 1 << 20
 EOF_TAIL = 9  # 05 00 00 seq | fe warnings(2) status(2): the packet that ends a non-blocking dump
 
@@ -66,9 +66,9 @@ def parsed_download(port: int, server_id: int) -> dict[str, int]:
             wire += len(data)
             protocol.receive_data(data)
             for payload in protocol.read_binlog_packets():
-                if payload[0] == 0xFE and len(payload) < 9:
+                if is_eof(payload):
                     return {"wire_bytes": wire, "events": events, "types": types}  # type: ignore[dict-item]
-                if payload[0] != 0x00:
+                if payload[0] != EVENT_PACKET:
                     raise BenchError(f"port {port} sent a packet that is no event: {bytes(payload[:60])!r}")
                 events += 1
                 types[payload[5]] = types.get(payload[5], 0) + 1
@@ -83,26 +83,85 @@ def raw_download(port: int, server_id: int, wire_bytes: int, start: threading.Ba
             protocol.binlog_dump("", 4, server_id, DUMP_FLAGS)
             request = protocol.data_to_send()
             buffer = memoryview(bytearray(BUFFER))
-            recv_into = sock.recv_into
             start.wait()
             sock.sendall(request)
-            total = 0
-            last = b""
-            while total < wire_bytes:
-                n = recv_into(buffer)
-                if not n:
-                    raise BenchError(f"port {port} closed the dump after {total} of {wire_bytes} bytes")
-                total += n
-                if n >= EOF_TAIL:
-                    last = bytes(buffer[n - EOF_TAIL : n])
-                else:
-                    last = (last + bytes(buffer[:n]))[-EOF_TAIL:]
+            total, last = _read_discarding(sock, port, buffer, wire_bytes, EOF_TAIL)
             out["end"] = time.perf_counter()
-            if total != wire_bytes or last[:3] != b"\x05\x00\x00" or last[4] != 0xFE:
+            if total != wire_bytes or last[:3] != b"\x05\x00\x00" or last[4] != EOF_PACKET:
                 raise BenchError(f"port {port}: {total} bytes (want {wire_bytes}) ending in {last!r}, "
                                  "not an EOF packet")
     except BaseException as exc:  # reported by the caller, which joins every thread
         out["error"] = exc
+
+
+def _read_discarding(sock: socket.socket, port: int, buffer: memoryview, wire_bytes: int,
+                     tail: int) -> tuple[int, bytes]:
+    """``recv_into`` ``buffer`` (thrown away) until ``wire_bytes`` came, no per-packet work, never
+    reading past them: the bytes read and the last ``tail`` of them."""
+    recv_into = sock.recv_into
+    size = len(buffer)
+    total = 0
+    last = b""
+    while total < wire_bytes:
+        n = recv_into(buffer, min(size, wire_bytes - total))
+        if not n:
+            raise BenchError(f"port {port} closed the dump after {total} of {wire_bytes} bytes")
+        total += n
+        if n >= tail:
+            last = bytes(buffer[n - tail : n])
+        else:
+            last = (last + bytes(buffer[:n]))[-tail:]
+    return total, last
+
+
+# ---------------------------------------------------------------- one file's dump (bench/decode.py)
+
+# As python-mysql-replication's BinLogStreamReader(is_mariadb=False, blocking=False) asks: a plain
+# COM_BINLOG_DUMP by file name and position, non-blocking, without ANNOTATE_ROWS events (its checksum
+# and capability settings are login's).
+FILE_DUMP_FLAGS = BINLOG_DUMP_NON_BLOCK
+
+
+def file_dump_wire(port: int, server_id: int, file: str) -> dict[str, Any]:
+    """One dump of ``file`` from position 4, every packet parsed, up to the file's own ROTATE (the
+    event that names the next file; the first, fake one names this one): the bytes on the wire to
+    the end of that ROTATE's packet (``wire_bytes``), its events, and the ROTATE packet's payload
+    (``rotate``), which ends the dump ``discard_file_dump`` reads."""
+    client = login(port)
+    sock, protocol = client.sock, client.conn
+    with client:
+        protocol.binlog_dump(file, 4, server_id, FILE_DUMP_FLAGS)
+        sock.sendall(protocol.data_to_send())
+        wire = events = 0
+        while True:
+            data = sock.recv(BUFFER)
+            if not data:
+                raise BenchError(f"port {port} closed the dump of {file} before its ROTATE")
+            protocol.receive_data(data)
+            for payload in protocol.read_binlog_packets():
+                if payload[0] != EVENT_PACKET:
+                    raise BenchError(f"the dump of {file} ended before its ROTATE: {bytes(payload[:60])!r}")
+                # on the wire: a 4-byte header per packet of up to 2**24 - 1 bytes (one more, empty,
+                # after a payload of exactly a multiple of that)
+                wire += len(payload) + 4 * (len(payload) // 0xFFFFFF + 1)
+                events += 1
+                if payload[5] == ROTATE_EVENT and bytes(payload[_ROTATE_NAME_AT:-4]).decode() != file:
+                    return {"wire_bytes": wire, "events": events, "rotate": bytes(payload)}
+
+
+def discard_file_dump(port: int, server_id: int, file: str, wire_bytes: int, rotate: bytes) -> None:
+    """The discard reader of one file's dump (what ``file_dump_wire`` learnt): log in, ask for the dump,
+    ``recv_into`` one buffer until the file's own ROTATE came, and hang up; no packet parsed.  The
+    dump must end with that ROTATE's bytes."""
+    client = login(port)
+    sock, protocol = client.sock, client.conn
+    with client:
+        protocol.binlog_dump(file, 4, server_id, FILE_DUMP_FLAGS)
+        sock.sendall(protocol.data_to_send())
+        total, last = _read_discarding(sock, port, memoryview(bytearray(BUFFER)), wire_bytes, len(rotate))
+    if total != wire_bytes or last != rotate:
+        raise BenchError(f"port {port}: the dump of {file} gave {total} bytes (want {wire_bytes}), "
+                         "not ending with its ROTATE")
 
 
 # ---------------------------------------------------------------- GTID starts
@@ -165,7 +224,7 @@ def read_gtid_dump(client: BlockingClient, server_id: int) -> dict[str, Any]:
             raise BenchError(f"the server closed a GTID dump after {len(gtids)} transactions, before its EOF")
         protocol.receive_data(data)
         for payload in protocol.read_binlog_packets():
-            if payload[0] != 0x00:
+            if payload[0] != EVENT_PACKET:
                 if is_eof(payload):
                     return {"sent": sent, "first": first, "end": time.monotonic(), "gtids": gtids,
                             "preamble": preamble, "file": file, "pos": pos}

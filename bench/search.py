@@ -40,17 +40,17 @@ from relay.sandbox.mariadb import LocalMariaDB
 from .common import (
     MARIADB_BINLOG,
     BenchError,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     check_copy,
     git_commit,
     log,
     machine_info,
     median,
     mib,
+    parse_bench_args,
     primary_binlogs,
-    print_results,
     require_programs,
-    run_main,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -230,26 +230,19 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.search", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=400, min_mb=300, max_binlog_size="4M", port=26337, name="benchsearch")
+    p = bench_parser("search", __doc__, rounds="runs of each way per moment", workdir="/tmp/binlog-relay-bench/search",
+                     timeout=3600, timeout_help="seconds the relay may take to mirror the primary",
+                     primary={"size_mb": 400, "min_mb": 300, "max_binlog_size": "4M", "port": 26337,
+                              "name": "benchsearch"})
     p.add_argument("--min-files", type=int, default=90, help="refuse to measure fewer binlog files")
-    p.add_argument("--rounds", type=int, default=3, help="runs of each way per moment")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/search", help="the relay's data_dir, config, log")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds the relay may take to mirror the primary")
-    args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
-    return args
+    return parse_bench_args(p, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     if argv is None and sys.argv[1:2] == ["--child"]:
         print(json.dumps(search_child(sys.argv[2], [int(m) for m in sys.argv[3].split(",")])))
         return 0
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ from .common import (
     RELAY,
     BenchError,
     BinlogFile,
-    add_primary_options,
+    bench_main,
+    bench_parser,
     check_copy,
     cpu_seconds,
     fresh_dir,
@@ -53,10 +54,9 @@ from .common import (
     machine_info,
     median,
     mib,
-    print_results,
+    parse_bench_args,
     require_programs,
     reset_peak_rss,
-    run_main,
     run_measured,
     server_version,
     settle,
@@ -473,14 +473,15 @@ def report(results: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python3 -m bench.serve", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    add_primary_options(p, size_mb=600, min_mb=500, max_binlog_size="256M", port=26306, name="benchp")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    p = bench_parser("serve", __doc__, rounds="single downloads from each source, alternating",
+                     workdir="/tmp/binlog-relay-bench/serve",
+                     workdir_help="the relay's data_dir, config and log, and the downloads (one fresh directory "
+                                  "each; a concurrent run needs clients x binlog size of free space)", timeout=600,
+                     primary={"size_mb": 600, "min_mb": 500, "max_binlog_size": "256M", "port": 26306,
+                              "name": "benchp"})
     p.add_argument("--destroy", action="store_true",
                    help="destroy the sandbox at the end even with --reuse (scripts/bench.sh all uses this "
                         "to share one primary between the benchmarks)")
-    p.add_argument("--rounds", type=int, default=3, help="single downloads from each source, alternating")
     p.add_argument("--clients", type=int, default=20, help="downloads at once in a concurrent run")
     p.add_argument("--concurrent-rounds", type=int, default=1,
                    help="concurrent runs from each source (0: none)")
@@ -490,27 +491,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=0, help="the relay's metrics port (0: a free one)")
     p.add_argument("--relay-log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="the relay's logging.level (its log is WORKDIR/relay.log)")
-    p.add_argument("--workdir", default="/tmp/binlog-relay-bench/serve",
-                   help="the relay's data_dir, config and log, and the downloads (one fresh directory each; "
-                        "a concurrent run needs clients x binlog size of free space)")
-    p.add_argument("--timeout", type=float, default=600, help="seconds one run may take")
     p.add_argument("--profile", choices=["py-spy"],
                    help="after the timed runs, profile the relay serving one more download and print the hot spots")
     p.add_argument("--profile-out", metavar="PATH",
                    help="where the speedscope profile goes (None: WORKDIR/serve-profile.speedscope.json)")
     p.add_argument("--profile-clients", type=int, default=1, help="downloads at once in the profiled run")
     p.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
-    args = p.parse_args(argv)
-    if args.rounds < 1:
-        p.error("--rounds must be at least 1")
+    args = parse_bench_args(p, argv)
     if args.clients < 1 or args.concurrent_rounds < 0 or args.profile_clients < 1:
         p.error("--clients and --profile-clients must be at least 1, --concurrent-rounds at least 0")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    return run_main(lambda: run_benchmark(args), lambda results: print_results(args, report, results))
+    return bench_main(argv, parse_args, run_benchmark, report)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ in one run):
   catchup   bench/catchup.py   a fresh replica's IO thread fetching the binlog, relay vs primary
   ingest    bench/ingest.py    the relay fetching the binlog vs mariadb-binlog --raw (and a discard reader)
   memory    bench/memory.py    peak RSS ingesting and exporting one 1 GB transaction
-  decode    bench/decode.py    row decoding and the export's JSON form vs python-mysql-replication
+  decode    bench/decode.py    row decoding and the export's JSON form of a local file vs
+                               python-mysql-replication streaming it over TCP (and the socket's share)
   gtidstart bench/gtidstart.py GTID replicas starting near the end of a 1 GiB file: first event, storms
 capacity, catchup and ingest share one sandbox primary (filled once by sysbench; ``--reuse``
 keeps it for the next run); memory and gtidstart have their own (gtidstart: one 1 GiB binlog
@@ -277,8 +278,11 @@ def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
         dec = scenarios["decode"]
         lines += ["## Pipeline decode: change rows and their JSON, vs python-mysql-replication", "",
                   f"One core, CPU seconds of the decoding process, {dec['rounds']} rounds: *oltp* ({dec['oltp']:,} "
-                  f"small transactions) and *bulk* (one INSERT ... SELECT of {dec['bulk']:,} rows). *relay*: change "
-                  "rows decoded; *relay+json*: and each row image turned into the JSON the export writes. Ratio: "
+                  f"small transactions) and *bulk* (one INSERT ... SELECT of {dec['bulk']:,} rows). The relay "
+                  "decodes the local binlog file; python-mysql-replication streams the same file from mariadbd "
+                  "over TCP (loopback). *relay*: change rows decoded; *relay+json*: and each row image turned into "
+                  "the JSON the export writes; *discard reader*: mysql-replication's dump received and thrown away "
+                  "(bench/rawclient.py), the socket's share of its CPU seconds, in no ratio. Ratio: "
                   f"mysql-replication's CPU seconds over the relay's for the same file. Goals: decoding >= "
                   f"{dec['goals']['decode']:.0f}x, export form >= {dec['goals']['export']:.0f}x.", "",
                   "| workload | tool | CPU s | range | k rows/s | ratio |", "|---|---|---:|---:|---:|---:|"]
@@ -286,7 +290,12 @@ def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
             for tool, row in w["tools"].items():
                 lines.append(f"| {label} | {tool} | {row['cpu_s']:.2f} | {row['cpu_s_min']:.2f}-{row['cpu_s_max']:.2f} "
                              f"| {row['rows_per_s'] / 1000:.0f} | {row['ratio']:.1f} |")
-        lines += [""] + [f"{label}: decoding {_goal(w['goals']['decode'])}, export form {_goal(w['goals']['export'])}."
+            if "socket" in w:  # not in the JSON of runs before it was measured
+                sock = w["socket"]
+                lines.append(f"| {label} | {decode.DISCARD} | {sock['cpu_s']:.2f} | "
+                             f"{sock['cpu_s_min']:.2f}-{sock['cpu_s_max']:.2f} | - | - |")
+        lines += [""] + [f"{label}: decoding {_goal(w['goals']['decode'])}, export form {_goal(w['goals']['export'])}"
+                         + (f"; {decode.socket_note(w['socket'])}" if "socket" in w else "") + "."
                          for label, w in dec["workloads"].items()] + [""]
     if "gtidstart" in scenarios:
         lines += _gtidstart_section(scenarios["gtidstart"])

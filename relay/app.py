@@ -9,19 +9,22 @@ from pathlib import Path
 
 import trio
 
-from .archive.archiver import Archiver, ArchiveSettings
+from .archive.archiver import Archiver, ArchiveSettings, seed_from_archive
 from .archive.keys import read_keks
 from .archive.store import StoreConfig
 from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
+from .errors import RelayError
 from .httpserver import HttpServer, Readiness
+from .ingest.settings import Candidate, UpstreamSettings
 from .metrics import Metrics
 from .storage.files import DataDirError
 from .storage.relaylog import RelayLog
 from .storage.replicabook import ReplicaBook
 from .storage.retention import RetentionKeeper, RetentionPolicy
-from .upstream import Candidate, Upstream, UpstreamSettings
+from .storage.shelf import ArchiveShelf
+from .upstream import Upstream
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +83,21 @@ class Relay:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        settings = archive_settings(config)
+        if settings is not None:
+            try:  # an empty data_dir stands up again from the archive
+                seed_from_archive(settings, Path(config.data_dir))
+            except RelayError as exc:  # (the store down, a damaged object): not from the primary's purged files
+                raise DataDirError(f"{config.data_dir} holds no binlog and the archive could not seed it: {exc}") \
+                    from exc
         self.relay_log = open_relay_log(config)
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
-        settings = archive_settings(config)
         self.archiver = Archiver(settings, self.relay_log) if settings is not None else None
+        if self.archiver is not None:
+            archiver = self.archiver
+            self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: {
+                name: archived.file_size for name, archived in archiver.files.items()}, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
         self.replica_book.load()

@@ -4,15 +4,18 @@ I/O.  The upstream shell asks each candidate a few questions and hands the answe
 A candidate must be a writable primary (read_only off and not itself replicating) or a
 binlog-relay, and its history must contain everything the relay stored: a candidate that lacks
 some of it is *behind* (it may catch up: try again later), one that has other transactions where
-the relay has its own is *diverged* (it never will).
+the relay has its own is *diverged* (it never will).  A candidate whose server_id is the relay's own,
+or whose binlog files are not the stored ones where the relay follows it by file and position, can
+never be followed as it is: ingest stops (``CandidateUnusable``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import RetryableError
+from .errors import FatalError, RetryableError
 from .gtid.gtid import BinlogState, Gtid
+from .replication.stream import MIXED_HISTORIES
 
 RELAY_VERSION_COMMENT = "binlog-relay"  # what a relay answers to @@version_comment
 
@@ -23,6 +26,11 @@ class CandidateRefused(RetryableError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class CandidateUnusable(FatalError):
+    """Never a primary the relay can follow as it is (its server_id is the relay's, its binlogs are
+    another history): ingest stops, an operator must act."""
 
 
 @dataclass(frozen=True)
@@ -36,9 +44,61 @@ class CandidateFacts:
     replicating: bool
     binlog_state: BinlogState | None
 
+    @classmethod
+    def from_answers(cls, server_id: int, read_only: str | None, version_comment: str | None,
+                     slaves_running: str | None, binlog_state: str | None) -> CandidateFacts:
+        """From the text of its answers (None: NULL, no row, or not asked; no binlog state: not a MariaDB
+        primary, or a relay)."""
+        return cls(server_id, str(read_only).upper() in ("1", "ON"), version_comment or "",
+                   (slaves_running or "0") != "0",
+                   parse_binlog_state(binlog_state) if binlog_state is not None else None)
+
     @property
     def is_relay(self) -> bool:
         return self.version_comment == RELAY_VERSION_COMMENT
+
+
+def check_server_id(server_id: int, relay_server_id: int) -> None:
+    """The upstream's own server_id only has to differ from the relay's.  It need not be the one
+    that wrote the stored history: a relay of the primary, or a sibling relay, serves the same
+    history under its own id; the history check is on the events (their writer and bytes at
+    the resume point, see IngestStream) and on the file sizes (check_resume_file, cut_short)."""
+    if server_id == relay_server_id:
+        raise CandidateUnusable(
+            f"the primary's server_id is {server_id}, the same as the relay's own server_id; "
+            "give the relay a server_id no other server uses")
+
+
+def follows_by_position(facts: CandidateFacts, origin_server_id: int | None) -> bool:
+    """File/position resume keeps the primary's coordinates: only from the server that wrote the
+    stored files (``origin_server_id``), or a relay serving them; any other primary is followed by GTID."""
+    return (origin_server_id is None or facts.server_id == origin_server_id or facts.is_relay
+            or facts.binlog_state is None)
+
+
+def check_resume_file(primary_sizes: dict[str, int], resume_file: str, position: int) -> None:
+    """The primary (its binlogs and their sizes, SHOW BINARY LOGS) must still hold the file ingest
+    resumes, at least as long as what the relay stored of it."""
+    if resume_file not in primary_sizes:
+        raise CandidateUnusable(
+            f"the primary no longer has {resume_file}, where the relay must resume at {position} "
+            f"(purged before the relay fetched it, or {MIXED_HISTORIES})")
+    if primary_sizes[resume_file] < position:
+        raise CandidateUnusable(
+            f"the primary's {resume_file} is {primary_sizes[resume_file]} bytes, shorter than the "
+            f"{position} bytes the relay stored: {MIXED_HISTORIES}")
+
+
+def cut_short(name: str, stored_size: int, primary_size: int) -> bool:
+    """A closed file both sides have must be the same size.  A stored one that is shorter was cut
+    short (a power cut with storage.sync: none): True, it is fetched again if it is a prefix of the
+    primary's (storage/repair.py).  A longer one is another history."""
+    if stored_size < primary_size:  # cut short here, or another history: the re-fetch tells
+        return True
+    if primary_size != stored_size:
+        raise CandidateUnusable(f"the primary's {name} is {primary_size} bytes, the stored copy "
+                                f"{stored_size}: {MIXED_HISTORIES}")
+    return False
 
 
 def check_writable(facts: CandidateFacts) -> None:

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import trio
 
+from .ingest.status import UpstreamStatus
 from .storage.relaylog import RelayLog
-from .upstream import UpstreamStatus
 
 log = logging.getLogger(__name__)
 

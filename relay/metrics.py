@@ -21,8 +21,8 @@ from .archive.store import StoreConfig
 from .binlog.events import HEARTBEAT_LOG_EVENT, HEARTBEAT_LOG_EVENT_V2, event_name
 from .binlog.names import file_number
 from .downstream.registry import Registry
+from .ingest.status import UpstreamStatus
 from .storage.relaylog import RelayLog
-from .upstream import UpstreamStatus
 
 PREFIX = "binlog_relay"
 Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import trio
@@ -19,8 +20,17 @@ def run_trio(async_fn: Callable[..., Awaitable[T]], *args: object) -> T:
     DataDirError, OSError, KeyboardInterrupt..., so a lone exception is taken out of its groups here.
     A group of several exceptions (genuinely concurrent failures) is raised unchanged.
     """
-    try:
+    with lone_exceptions():
         return trio.run(async_fn, *args)
+
+
+@contextmanager
+def lone_exceptions() -> Iterator[None]:
+    """An ExceptionGroup of one exception (through nested groups) leaves as that exception; a
+    group of several leaves unchanged.  Also for the nurseries inside a retry loop: the loop
+    decides by the exception's kind (retry, stop), which a group wrapping it hides."""
+    try:
+        yield
     except BaseExceptionGroup as group:
         lone: BaseException = group
         while isinstance(lone, BaseExceptionGroup) and len(lone.exceptions) == 1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,11 +23,12 @@ from pathlib import Path
 import trio
 
 from ..errors import RelayError
-from ..storage.files import atomic_write
-from ..storage.importer import BinlogImportError, check_file
+from ..storage.files import atomic_write, make_durable_dir
+from ..storage.importer import BinlogImportError, check_file, import_binlogs
+from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
-from .objectformat import DEFAULT_LEVEL, Kek
-from .objects import ArchivedFile, delete_archived, list_archive, upload
+from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
+from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, upload
 from .store import ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
@@ -189,22 +191,82 @@ class Archiver:
             doomed.append(name)
         return doomed
 
-    # ------------------------------------------------------------ the local catalog
+    # ------------------------------------------------------------ reading back
+
+    def fetch_file(self, name: str, target: Path) -> None:
+        """Write the archived ``name`` to ``target``, frame by frame, each verified (blocking: for
+        a worker thread; relay/storage/shelf.py calls it for the dumps)."""
+        store = self.store or self._open_store(self.settings.store)
+        try:
+            reader = ArchivedFileReader(store, name, self.settings.keks)
+            with open(target, "wb") as out:
+                for offset in range(0, reader.size, reader.meta.chunk_size):
+                    out.write(reader.read(offset, reader.meta.chunk_size))
+        except ArchiveError as exc:
+            self.status.failed("read")
+            if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
+                self.status.damaged_reads += 1
+            log.error("archive: %s cannot be read back: %s", name, exc)
+            raise
+        except RelayError:
+            self.status.failed("read")
+            raise
+        self.status.served_bytes += reader.size
 
     def _load_catalog(self) -> dict[str, ArchivedFile]:
-        path = Path(self.relay_log.data_dir) / CATALOG
-        try:
-            document = json.loads(path.read_text())
-            if document.get("url") != self.url:
-                return {}  # another archive's: the store's listing rebuilds it
-            return {entry["name"]: ArchivedFile(**entry) for entry in document["files"]}
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            log.warning("archive: %s unreadable (%s); the store's listing replaces it", path, exc)
-            return {}
+        return load_catalog(Path(self.relay_log.data_dir), self.url)
 
     def _save_catalog(self) -> None:
-        document = {"url": self.url, "files": [asdict(self.files[name]) for name in sorted(self.files)]}
-        atomic_write(Path(self.relay_log.data_dir) / CATALOG, json.dumps(document, indent=1).encode())
+        save_catalog(Path(self.relay_log.data_dir), self.url, self.files)
 
+
+def load_catalog(data_dir: Path, url: str) -> dict[str, ArchivedFile]:
+    """archive.json: the archived files as last listed ({} when missing, unreadable or another archive's)."""
+    path = data_dir / CATALOG
+    try:
+        document = json.loads(path.read_text())
+        if document.get("url") != url:
+            return {}  # another archive's: the store's listing rebuilds it
+        return {entry["name"]: ArchivedFile(**entry) for entry in document["files"]}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("archive: %s unreadable (%s); the store's listing replaces it", path, exc)
+        return {}
+
+
+def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile]) -> None:
+    document = {"url": url, "files": [asdict(files[name]) for name in sorted(files)]}
+    atomic_write(data_dir / CATALOG, json.dumps(document, indent=1).encode())
+
+
+def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
+                      open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> str | None:
+    """A relay started on an empty data_dir with an archive stands up again from it: the newest
+    archived file is fetched and imported (storage/importer.py: checked, indexed, the state
+    written), so ingest resumes where the archive ends and every older file is served from the
+    archive; the primary is never asked for what it may have purged.  Returns the file seeded
+    (None: the data_dir holds files already, or the archive is empty).  Blocking: for start-up."""
+    if read_index(data_dir):
+        return None
+    store = open_store_for(settings.store)
+    archived = list_archive(store)
+    if not archived:
+        return None
+    newest = max(archived)
+    make_durable_dir(data_dir)
+    with tempfile.TemporaryDirectory(prefix=".seed-", dir=data_dir) as tmp:
+        target = Path(tmp) / newest
+        reader = ArchivedFileReader(store, newest, settings.keks)
+        with open(target, "wb") as out:
+            for offset in range(0, reader.size, reader.meta.chunk_size):
+                out.write(reader.read(offset, reader.meta.chunk_size))
+        imported = import_binlogs(data_dir, [target]).imported[0]
+    save_catalog(data_dir, str(settings.store.url), archived)  # dumps find the older files before the first listing
+    if imported.next_file is not None:
+        # Ingest resumes at the file its ROTATE names (as after a crash between the ROTATE and the
+        # next file): the primary may have purged the archived one already.
+        write_index(data_dir, [*read_index(data_dir), imported.next_file])
+    log.info("archive %s: an empty data_dir seeded with %s, the newest of its %d archived files; the older ones "
+             "are served from the archive", settings.store.url, newest, len(archived))
+    return newest

@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..protocol.packets import ProtocolError, lenenc_int, read_lenenc_int
+from ..protocol.packets import lenenc_int, read_lenenc_count
 
 BINLOG_MAGIC = b"\xfebin"
 HEADER_LEN = 19
@@ -218,16 +218,16 @@ def parse_heartbeat(event: bytes | memoryview, checksum_alg: int) -> tuple[str, 
         return bytes(event[HEADER_LEN:end]).decode("utf-8", "replace"), HEADER.unpack_from(event)[4]
     name, position, pos = "", 0, HEADER_LEN
     while pos < end:
-        field, pos = _lenenc(event, pos)
+        field, pos = read_lenenc_count(event, pos, BinlogFormatError)
         if field == 0:
             break
-        length, pos = _lenenc(event, pos)
+        length, pos = read_lenenc_count(event, pos, BinlogFormatError)
         if pos + length > end:
             raise BinlogFormatError(f"heartbeat v2 field {field} of {length} bytes runs past the event")
         if field == 1:
             name = bytes(event[pos:pos + length]).decode("utf-8", "replace")
         elif field == 2:
-            position, _ = _lenenc(event, pos)
+            position, _ = read_lenenc_count(event, pos, BinlogFormatError)
         pos += length
     return name, position
 
@@ -237,16 +237,6 @@ def heartbeat_v2_body(name: bytes, position: int) -> bytes:
     integer, 8 bytes), the end mark."""
     encoded_position = b"\xfe" + struct.pack("<Q", position)
     return bytes([1]) + lenenc_int(len(name)) + name + bytes([2, len(encoded_position)]) + encoded_position + b"\x00"
-
-
-def _lenenc(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    try:
-        value, pos = read_lenenc_int(data, pos)
-    except ProtocolError as bad:
-        raise BinlogFormatError(str(bad)) from None
-    if value is None:
-        raise BinlogFormatError("a NULL where a heartbeat field holds a number")
-    return value, pos
 
 
 QUERY_POST_HEADER_LEN = 13

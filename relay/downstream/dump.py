@@ -2,7 +2,9 @@
 ``ServerConnection.send_events``, waiting for commits in between (the trio shell of the dump path).
 
 Reading the stored files is ``storage.reader``'s, choosing what a client gets is
-``replication.outbound``'s and ``replication.gtidstart``'s, framing is ``protocol.server``'s.
+``replication.outbound``'s and ``replication.gtidstart``'s, framing and sequence ids are
+``protocol.server``'s alone: this module hands the connection events (or a block the C loop framed
+from the connection's sequence id, and how many packets it holds), never a header or an id.
 """
 
 from __future__ import annotations
@@ -20,20 +22,25 @@ from ..gtid.gtid import GtidError, parse_gtid_position
 from ..gtid.mysqlgtid import ExcludedGroups, GtidSet, MysqlGtidError
 from ..gtid.spans import excluded_until, span_holding
 from ..protocol import server as proto
+from ..protocol.codes import (
+    BINLOG_DUMP_NON_BLOCK,
+    BINLOG_SEND_ANNOTATE_ROWS_EVENT,
+    ER_MALFORMED_GTID_SET_ENCODING,
+    ER_MASTER_FATAL_ERROR_READING_BINLOG,
+    USE_HEARTBEAT_EVENT_V2,
+)
 from ..replication.gtidstart import GtidStart, SeekPlan
 from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
-from ..replication.semisync import AckReader, SemiSyncError, frame_semi_sync
-from ..storage.reader import Available, FileStart, StoredFileDamaged, TailReader
+from ..replication.semisync import AckReader, SemiSyncError
+from ..storage.reader import Available, FetchArchived, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
+from ..storage.shelf import ArchiveReadError
+from ..trio_run import lone_exceptions
+from .context import SessionContext
 from .registry import DumpState
 
 log = logging.getLogger(__name__)
 
-DUMP_FLAG_NON_BLOCK = 0x01
-DUMP_FLAG_SEND_ANNOTATE_ROWS = 0x02  # MariaDB
-DUMP_FLAG_HEARTBEAT_V2 = 0x02  # MySQL
-ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
-ER_MALFORMED_GTID_SET_ENCODING = 1773
 # The fast path's read blocks of all dumps together stay within this (each dump also holds a framed
 # copy of its block while the socket takes it, and the mapped pages of a finished file it reads,
 # so about twice this and more): up to 16 dumps read 1 MiB at a time, 100 read 128 KiB
@@ -62,7 +69,7 @@ class DumpRequest:
 
     @property
     def blocking(self) -> bool:
-        return not self.flags & DUMP_FLAG_NON_BLOCK and self.server_id != 0
+        return not self.flags & BINLOG_DUMP_NON_BLOCK and self.server_id != 0
 
     @property
     def semi_sync(self) -> bool:
@@ -89,8 +96,8 @@ class DumpRequest:
             first_rotate_crc=str(checksum).upper() == "CRC32",
             ignore_server_ids=ignore_server_ids,
             # flag 0x02 is MariaDB's "send annotate rows" and MySQL's USE_HEARTBEAT_EVENT_V2
-            send_annotate_rows=bool(self.flags & DUMP_FLAG_SEND_ANNOTATE_ROWS) or self.mysql_flavour,
-            heartbeat_v2=self.mysql_flavour and bool(self.flags & DUMP_FLAG_HEARTBEAT_V2),
+            send_annotate_rows=bool(self.flags & BINLOG_SEND_ANNOTATE_ROWS_EVENT) or self.mysql_flavour,
+            heartbeat_v2=self.mysql_flavour and bool(self.flags & USE_HEARTBEAT_EVENT_V2),
             # @mariadb_slave_capability: 0 (nothing understood) when unset or not a number
             replica_capability=int(capability) if isinstance(capability, (int, float)) else 0)
 
@@ -106,10 +113,10 @@ class DumpError(Refusal):
 class Dump:
     """One dump from the stored files to one client, until it goes away (or, non-blocking, the end)."""
 
-    def __init__(self, context, request: DumpRequest, conn: proto.ServerConnection,
+    def __init__(self, context: SessionContext, request: DumpRequest, conn: proto.ServerConnection,
                  flush: Callable[[], Awaitable[None]], state: DumpState,
                  receive: Callable[[], Awaitable[bytes | bytearray]] | None = None) -> None:
-        self.context = context  # session.SessionContext
+        self.context = context
         self.request = request
         self.receive = receive
         # A semi-sync replica is asked to acknowledge each transaction when the relay's own ACK to
@@ -153,18 +160,24 @@ class Dump:
 
     async def run(self, reader: TailReader, outbound: OutboundStream) -> None:
         relay_log = self.context.relay_log
-        while self.request.blocking and (pending := reader.first_file_pending()) is not None:
-            await relay_log.wait_for_commit(pending.seen)
+        while (pending := reader.first_file_pending()) is not None:
+            if isinstance(pending, FetchArchived):
+                await self._fetch_archived(pending.file)
+            elif self.request.blocking:
+                await relay_log.wait_for_commit(pending.seen)
+            else:
+                break  # start() refuses it as a primary does
         try:
             reader.start()
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
         self.conn.start_dump()
         if self.wants_acks:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_acks, nursery.cancel_scope)
-                await self._pump(reader, outbound)
-                nursery.cancel_scope.cancel()
+            with lone_exceptions():  # trio >= 0.25 wraps them in groups: the session handles them by kind
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_acks, nursery.cancel_scope)
+                    await self._pump(reader, outbound)
+                    nursery.cancel_scope.cancel()
         else:
             await self._pump(reader, outbound)
 
@@ -187,10 +200,13 @@ class Dump:
                 step = reader.poll()
                 if isinstance(step, FileStart):
                     self.conn.send_events(outbound.file_start(step.file, step.position, step.fde, step.first))
-                    outbound.position = reader.position
+                    self._advance(reader, outbound)
                     self.state.file, self.state.position = step.file, step.position
                 elif isinstance(step, Available):
                     await self._send_run(reader, outbound, step.end)
+                elif isinstance(step, FetchArchived):
+                    await self.flush()
+                    await self._fetch_archived(step.file)
                 elif not self.request.blocking:
                     self.conn.send_eof()
                     await self.flush()
@@ -200,6 +216,17 @@ class Dump:
                     await self._wait_for_more(step.seen, outbound)
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
+
+    async def _fetch_archived(self, file: str) -> None:
+        """An archived file the dump reaches is fetched back (once for every dump reading it)."""
+        shelf = self.context.relay_log.shelf
+        assert shelf is not None  # only a relay log with an archive names archived files
+        try:
+            await shelf.fetch(file)
+        except ArchiveReadError as exc:
+            log.error("downstream %s: %s", self.state.peer, exc)
+            raise DumpError(f"{exc}; the first event '{file}' at 4, the last event read from '{file}' at 4, "
+                            f"the last byte read from '{file}' at 4.") from None
 
     def _damaged(self, damage: StoredFileDamaged) -> DumpError:
         log.error("stored binlog file %s is damaged at %d, not served: %s", damage.file, damage.position, damage)
@@ -221,9 +248,7 @@ class Dump:
     async def _send_filtered(self, to_send: list[memoryview | bytes]) -> None:
         if to_send:
             if self.wants_acks:
-                wanted = [self._groups.ends_group(event[4], event) for event in to_send]
-                data, next_sequence_id = frame_semi_sync(to_send, self.conn.sequence_id, wanted)
-                self.conn.send_framed(data, next_sequence_id)
+                self.conn.send_events(to_send, [self._groups.ends_group(event[4], event) for event in to_send])
             else:
                 self.conn.send_events(to_send)
             self._account(len(to_send), sum(map(len, to_send)), int.from_bytes(to_send[-1][0:4], "little"))
@@ -253,8 +278,8 @@ class Dump:
             used, skipped = gtid_start.skip_block(block, len(block), reader.checksummed)
         if not used:
             return False
-        reader.advance(reader.position + used)
-        outbound.position = self.state.position = reader.position
+        self._advance(reader, outbound, reader.position + used)
+        self.state.position = reader.position
         outbound.count_skipped(skipped)
         self._passed("walked", used)
         await trio.lowlevel.checkpoint()
@@ -274,8 +299,8 @@ class Dump:
         outbound.count_skipped(sum(span.groups for span in jumped if span.end <= target) - already)
         self._passed("index", target - reader.position)
         excluded.excluding = True
-        reader.advance(target)
-        outbound.position = self.state.position = target
+        self._advance(reader, outbound, target)
+        self.state.position = target
         await self._send_filtered([outbound.heartbeat(target)])
         return True
 
@@ -285,14 +310,14 @@ class Dump:
         already = count_gtid_events(reader.relay_log.path(reader.file), plan.spans[0].start, plan.position)
         gtid_start.before_loose_events()
         for at in plan.loose:
-            reader.advance(at)
+            self._advance(reader, outbound, at)
             events = reader.read_events(at + reader.event_length_at(at))
             await self._send_filtered(outbound.filter(events, reader.position))
         gtid_start.jumped(plan)
         outbound.count_skipped(sum(span.groups for span in plan.spans) - already)
         self._passed("index", plan.target - plan.position)
-        reader.advance(plan.target)
-        outbound.position = self.state.position = reader.position
+        self._advance(reader, outbound, plan.target)
+        self.state.position = reader.position
         await trio.lowlevel.checkpoint()
 
     async def _send_block(self, reader: TailReader, outbound: OutboundStream, end: int) -> bool:
@@ -313,11 +338,10 @@ class Dump:
             last_timestamp = int.from_bytes(block[run.last_event : run.last_event + 4], "little")
         if not run.used:
             return await self._stream_large_event(reader, outbound, end)
-        reader.advance(reader.position + run.used)
-        outbound.position = reader.position
+        self._advance(reader, outbound, reader.position + run.used)
         if not run.events:  # only events this replica does not get
             return True
-        self.conn.send_framed(run.data, run.next_sequence_id)
+        self.conn.send_framed(run.data, run.events)
         self._account(run.events, run.used, last_timestamp)
         await self.flush()
         self.state.position = reader.position
@@ -346,17 +370,23 @@ class Dump:
                 crc = ev.crc32(block[: reader.read_block_at(block, offset, start + length)], crc)
             if crc != ev.CRC32_RESIDUE:
                 return False
-        sequence_id = self.conn.sequence_id
-        self.conn.send_framed((length + 1).to_bytes(3, "little") + bytes((sequence_id, 0)), (sequence_id + 1) & 0xFF)
+        self.conn.start_event(length)
         for offset in range(start, start + length, len(block)):
             size = reader.read_block_at(block, offset, start + length)
-            self.conn.send_framed(bytes(block[:size]), self.conn.sequence_id)
+            self.conn.send_event_part(bytes(block[:size]))
             await self.flush()
-        reader.advance(start + length)
-        outbound.position = reader.position
+        self._advance(reader, outbound, start + length)
         self._account(1, length, int.from_bytes(header[0:4], "little"))
         self.state.position = reader.position
         return True
+
+    @staticmethod
+    def _advance(reader: TailReader, outbound: OutboundStream, to: int | None = None) -> None:
+        """The one place the dump's read position moves: ``reader`` to ``to`` (when given), and
+        the position a heartbeat names (``outbound.position``) with it."""
+        if to is not None:
+            reader.advance(to)
+        outbound.position = reader.position
 
     def _passed(self, how: str, size: int) -> None:
         passed = self.context.registry.gtid_start_passed
@@ -407,7 +437,7 @@ def same_id_message(server_id: int) -> str:
             "a server_id different from the relay's")
 
 
-async def serve_dump(context, request: DumpRequest, conn: proto.ServerConnection,
+async def serve_dump(context: SessionContext, request: DumpRequest, conn: proto.ServerConnection,
                      flush: Callable[[], Awaitable[None]], peer: str,
                      receive: Callable[[], Awaitable[bytes | bytearray]] | None = None) -> None:
     """Run one dump to its end; a refusal becomes the ERR packet a primary would send.

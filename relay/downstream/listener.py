@@ -15,18 +15,18 @@ import trio
 from ..binlog import events as ev
 from ..config import Config
 from ..gtid.gtid import format_gtid_position
+from ..ingest.status import UpstreamStatus
 from ..protocol import auth
-from ..protocol import events as proto_events
 from ..protocol import server as proto
-from ..protocol.packets import build_err, frame
+from ..protocol.codes import ER_CON_COUNT_ERROR
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from ..storage.retention import RetentionKeeper
-from ..upstream import UpstreamStatus
 from . import queries
+from .context import SessionContext
 from .purge import PurgeHandler
 from .registry import Registry
-from .session import SessionContext, handle_connection
+from .session import handle_connection
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Downstream:
         return committed[0], committed[1], executed
 
     def _binary_logs(self) -> list[tuple[str, int]]:
-        return [(name, self.relay_log.file_end(name)) for name in list(self.relay_log.files)]
+        return [(name, self.relay_log.file_end(name)) for name in list(self.relay_log.served_files())]
 
     async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.config.listen.port, host=self.config.listen.host)
@@ -139,7 +139,7 @@ class Downstream:
         peer = f"{host}:{port}"
         if self.active_connections >= self.config.listen.max_connections:
             log.warning("downstream %s: refused, %d connections already", peer, self.active_connections)
-            data, _ = frame(build_err(proto_events.ER_CON_COUNT_ERROR, "Too many connections", "08004"), 0)
+            data = proto.ServerConnection.refusal_before_greeting(ER_CON_COUNT_ERROR, "Too many connections", "08004")
             try:
                 await stream.send_all(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -9,13 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..protocol.codes import ER_SPECIFIC_ACCESS_DENIED_ERROR, ER_WRONG_VALUE
 from ..storage.retention import PurgeRefused, RetentionKeeper
 from .queries import Error, Ok, Reply
 
 log = logging.getLogger(__name__)
 
-ER_SPECIFIC_ACCESS_DENIED = 1227
-ER_WRONG_VALUE = 1411
 _PURGE = re.compile(r"^purge\s+(?:binary|master)\s+logs\s+(to|before)\s+'([^']*)'$", re.I)
 
 
@@ -53,7 +52,7 @@ class PurgeHandler:
         if request is None or isinstance(request, Error):
             return request
         if not self.is_admin(user):
-            return Error(ER_SPECIFIC_ACCESS_DENIED, "Access denied; you need (at least one of) the SUPER, "
+            return Error(ER_SPECIFIC_ACCESS_DENIED_ERROR, "Access denied; you need (at least one of) the SUPER, "
                          "BINLOG ADMIN privilege(s) for this operation", "42000")
         try:
             if request.to_file is not None:

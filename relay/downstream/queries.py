@@ -12,9 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-ER_UNKNOWN_SYSTEM_VARIABLE = 1193
-ER_NOT_SUPPORTED_YET = 1235
-ER_PARSE_ERROR = 1064
+from ..protocol.codes import ER_EMPTY_QUERY, ER_NOT_SUPPORTED_YET, ER_PARSE_ERROR, ER_UNKNOWN_SYSTEM_VARIABLE
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def answer(sql: str, session: SessionVariables, server: ServerFacts, connection_
     text = sql.strip().rstrip(";").strip()
     lowered = " ".join(text.lower().split())
     if not lowered:
-        return Error(1065, "Query was empty", "42000")
+        return Error(ER_EMPTY_QUERY, "Query was empty", "42000")
     if lowered.startswith("set "):
         return _set(text[4:], session, server)
     if lowered.startswith("select "):

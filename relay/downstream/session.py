@@ -7,51 +7,22 @@ Parsing and reply building are in ``protocol.server``, ``downstream.queries`` an
 from __future__ import annotations
 
 import logging
-import ssl
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import trio
 
 from ..protocol import events as proto_events
 from ..protocol import server as proto
 from ..protocol.auth import CACHING_SHA2_PASSWORD, NATIVE_PASSWORD
+from ..protocol.codes import ER_MASTER_FATAL_ERROR_READING_BINLOG, ER_UNKNOWN_COM_ERROR
 from ..protocol.packets import PacketTooLarge
-from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
-from ..storage.relaylog import RelayLog
 from . import queries
-from .dump import ER_MASTER_FATAL_ERROR_READING_BINLOG, DumpRequest, same_id_message, serve_dump
-from .purge import PurgeHandler
-from .registry import Registry, Replica
+from .context import SessionContext
+from .dump import DumpRequest, same_id_message, serve_dump
+from .registry import Replica
 
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
-
-
-@dataclass
-class SessionContext:
-    """What every session shares: storage, the registry, configuration-derived facts."""
-
-    relay_log: RelayLog
-    registry: Registry
-    relay_server_id: int
-    ignore_server_ids: frozenset[int]
-    lookup_user: Callable[[str], proto.Credentials | None]
-    facts: Callable[[], queries.ServerFacts]
-    handshake_timeout: float
-    tls_context: ssl.SSLContext | None
-    tls_required: bool
-    next_connection_id: Callable[[], int]
-    gtid_index: GtidIndex
-    mysql_gtid_index: MysqlGtidIndex
-    purge: PurgeHandler
-    wait_for_replica_acks: bool = False  # semi_sync.wait_for_replicas > 0: ask semi-sync replicas for ACKs
-    max_packet: int = proto.DEFAULT_MAX_PACKET  # listen.max_packet, for logged-in clients
-    # caching_sha2_password: users who passed a full authentication since the start, and the key
-    # pair (private, public PEM) for full authentications without TLS
-    sha2_cache: set[str] = field(default_factory=set)
-    rsa_key_pair: tuple[bytes, bytes] | None = None
 
 
 class _Session:
@@ -139,7 +110,7 @@ class _Session:
                 return
             else:
                 self.context.registry.protocol_error("unknown_command")
-                self.conn.send_error(proto_events.ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
+                self.conn.send_error(ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
     def _answer(self, sql: str) -> None:
         reply = self.context.purge.answer(sql, self.user) or queries.answer(

@@ -9,13 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..protocol.codes import ER_DUPLICATE_GTID_DOMAIN, ER_INCORRECT_GTID_STATE
 from .hashorder import HashOrder
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
-
-
-ER_INCORRECT_GTID_STATE = 1941
-ER_DUPLICATE_GTID_DOMAIN = 1943
 
 
 class GtidError(InputError):

@@ -13,6 +13,15 @@ import struct
 
 from ..errors import RetryableError
 from . import auth
+from .codes import (
+    AUTH_MORE_DATA,
+    AUTH_SWITCH_REQUEST,
+    ERR_PACKET,
+    OK_PACKET,
+    SHA2_FAST_AUTH_OK,
+    SHA2_PERFORM_FULL_AUTH,
+    SHA2_REQUEST_PUBLIC_KEY,
+)
 from .events import (
     COM_BINLOG_DUMP,
     COM_PING,
@@ -177,18 +186,18 @@ class ClientConnection:
 
     def _on_auth_reply(self, payload: memoryview) -> object | None:
         kind = payload[0]
-        if kind == 0x00:
+        if kind == OK_PACKET:
             parse_ok(payload)
             self._state = _State.READY
             assert self._greeting is not None
             return Connected(self._greeting, self._tls_active)
-        if kind == 0xFF:
+        if kind == ERR_PACKET:
             error = parse_err(payload)
             raise AuthenticationError(str(error)) from error
-        if kind == 0xFE:
+        if kind == AUTH_SWITCH_REQUEST:
             self._on_auth_switch(payload)
             return None
-        if kind == 0x01:
+        if kind == AUTH_MORE_DATA:
             self._on_auth_more_data(bytes(payload[1:]))
             return None
         raise ProtocolError(f"unexpected authentication reply 0x{kind:02x}")
@@ -206,15 +215,15 @@ class ClientConnection:
     def _on_auth_more_data(self, data: bytes) -> None:
         if self._plugin != auth.CACHING_SHA2_PASSWORD:
             raise ProtocolError(f"unexpected auth-more-data for {self._plugin}")
-        if data == b"\x03":  # fast path: the server had our hash cached; an OK follows
+        if data == bytes((SHA2_FAST_AUTH_OK,)):  # the server had our hash cached; an OK follows
             return None
-        if data == b"\x04":  # full authentication
+        if data == bytes((SHA2_PERFORM_FULL_AUTH,)):
             if self._tls_active:
                 self._send(self._password + b"\x00")
             elif self._server_public_key:
                 self._send(auth.rsa_encrypt_password(self._password, self._scramble, self._server_public_key))
             else:
-                self._send(b"\x02")  # ask for the server's RSA public key
+                self._send(bytes((SHA2_REQUEST_PUBLIC_KEY,)))
             return None
         if data.startswith(b"-----BEGIN"):
             self._send(auth.rsa_encrypt_password(self._password, self._scramble, data))
@@ -267,10 +276,10 @@ class ClientConnection:
                 return result
             return None
         kind = payload[0]
-        if kind == 0x00:
+        if kind == OK_PACKET:
             self._state = _State.READY
             return parse_ok(payload)
-        if kind == 0xFF:
+        if kind == ERR_PACKET:
             self._state = _State.READY
             raise parse_err(payload)
         if is_eof(payload):

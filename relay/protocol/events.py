@@ -1,6 +1,6 @@
 """The MySQL protocol's command bytes and the events the sans-IO connections return: what
 ``client.ClientConnection.next_event`` and ``server.ServerConnection.next_event`` produce, in one
-place for both sides."""
+place for both sides.  Error codes and packet prefix bytes are in ``codes``."""
 
 from __future__ import annotations
 
@@ -15,13 +15,6 @@ COM_PING = 0x0E
 COM_BINLOG_DUMP = 0x12
 COM_REGISTER_SLAVE = 0x15
 COM_BINLOG_DUMP_GTID = 0x1E
-
-ER_CON_COUNT_ERROR = 1040
-ER_ACCESS_DENIED_ERROR = 1045
-ER_UNKNOWN_COM_ERROR = 1047
-ER_HANDSHAKE_ERROR = 1043
-ER_MALFORMED_PACKET = 1835
-ER_SECURE_TRANSPORT_REQUIRED = 3159
 
 
 class NeedData:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .codes import AUTH_SWITCH_REQUEST, ERR_PACKET
 from .packets import ProtocolError, lenenc_str, parse_err, read_lenenc_int, read_lenenc_str, read_nul_str
 
 CLIENT_LONG_PASSWORD = 1
@@ -44,7 +45,7 @@ def parse_greeting(payload: memoryview | bytes) -> Greeting:
     data = bytes(payload)
     if not data:
         raise ProtocolError("empty greeting")
-    if data[0] == 0xFF:
+    if data[0] == ERR_PACKET:
         raise parse_err(data)
     if data[0] != 10:
         raise ProtocolError(f"unsupported handshake protocol version {data[0]}")
@@ -198,4 +199,4 @@ def _read_attributes(data: bytes, pos: int) -> tuple[tuple[str, str], ...]:
 
 
 def build_auth_switch(plugin: str, scramble: bytes) -> bytes:
-    return b"\xfe" + plugin.encode("ascii") + b"\x00" + scramble + b"\x00"
+    return bytes((AUTH_SWITCH_REQUEST,)) + plugin.encode("ascii") + b"\x00" + scramble + b"\x00"

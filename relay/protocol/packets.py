@@ -3,23 +3,36 @@
 A packet is ``len u24 LE | seq u8 | payload``.  A payload of 0xFFFFFF bytes or more
 is cut into 0xFFFFFF-byte chunks, and a message whose length is an exact multiple of
 0xFFFFFF is closed by an empty chunk.  Everything here works on bytes only.
+
+The framing functions here are the only Python that writes a packet header; the connections
+(``client.ClientConnection``, ``server.ServerConnection``) are the only callers that number
+packets.  The one other framer is the serve loop of ``binlog/_scan.c``, which numbers a block from
+the id ``ServerConnection.sequence_id`` gives it and hands the block back to the connection.
+
+The length-encoded integer reader here is the only one: the binlog and row decoders use it too
+(``read_lenenc_count``, with their own error kind).
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import RetryableError
+from ..errors import InputError, RetryableError
+from .codes import EOF_PACKET, ERR_PACKET, EVENT_PACKET, OK_PACKET
 
 MAX_CHUNK = 0xFFFFFF
 
 _U16 = struct.Struct("<H")
 _U24_SEQ = struct.Struct("<HBB")  # low u16, high u8, seq
+_PACKET_HEADER = struct.Struct("<I")  # u24 length | seq << 24
+_EVENT_PACKET_HEADER = struct.Struct("<IB")  # the same, then a dump packet's first byte (00)
 
 
-class ProtocolError(RetryableError):
-    """The peer sent bytes that do not follow the MySQL protocol."""
+class ProtocolError(InputError):
+    """The peer sent bytes that do not follow the MySQL protocol.  Of no kind of its own: the caller
+    that knows the peer decides (ingest retries, a downstream session is closed)."""
 
 
 class PacketTooLarge(ProtocolError):
@@ -33,7 +46,6 @@ class PacketTooLarge(ProtocolError):
         self.seq = seq
 
 
-ER_NET_PACKET_TOO_LARGE = 1153
 PACKET_TOO_LARGE_MESSAGE = "Got a packet bigger than 'max_allowed_packet' bytes"
 
 
@@ -91,6 +103,20 @@ def read_lenenc_int(data: bytes | memoryview, pos: int) -> tuple[int | None, int
         raise ProtocolError(f"length-encoded integer runs past the packet at offset {pos}") from None
 
 
+def read_lenenc_count(data: bytes | memoryview, pos: int,
+                      error: type[Exception] = ProtocolError) -> tuple[int, int]:
+    """(value, next position) of a length-encoded integer where a count or a length must be: a
+    NULL marker, a bad first byte or one running past ``data`` raise ``error`` (the caller's
+    layer's kind: the binlog and row decoders read the same integers as the protocol)."""
+    try:
+        value, end = read_lenenc_int(data, pos)
+    except ProtocolError as bad:
+        raise error(str(bad)) from None
+    if value is None:
+        raise error(f"a NULL marker where a length-encoded integer belongs at offset {pos}")
+    return value, end
+
+
 def read_lenenc_str(data: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     length, pos = read_lenenc_int(data, pos)
     if length is None:
@@ -115,17 +141,45 @@ def frame(payload: bytes | memoryview, seq: int) -> tuple[bytes, int]:
     """Frame one message; returns (bytes to send, next sequence id)."""
     size = len(payload)
     if size < MAX_CHUNK:
-        return size.to_bytes(3, "little") + bytes((seq,)) + bytes(payload), (seq + 1) & 0xFF
+        return _PACKET_HEADER.pack(size | seq << 24) + bytes(payload), (seq + 1) & 0xFF
     parts = []
     offset = 0
     while True:
         chunk = payload[offset : offset + MAX_CHUNK]
-        parts.append(len(chunk).to_bytes(3, "little") + bytes((seq,)))
+        parts.append(_PACKET_HEADER.pack(len(chunk) | seq << 24))
         parts.append(bytes(chunk))
         seq = (seq + 1) & 0xFF
         offset += len(chunk)
         if len(chunk) < MAX_CHUNK:
             return b"".join(parts), seq
+
+
+def frame_events(events: Iterable[bytes | memoryview], seq: int, out: list[bytes | bytearray | memoryview]) -> int:
+    """Dump packets ``00 | event`` numbered from ``seq``, appended to ``out``: each a header and
+    the event itself (not copied), or for an event of 16 MB or more the chunks ``frame`` cuts.
+    Returns the next sequence id."""
+    pack = _EVENT_PACKET_HEADER.pack
+    status = EVENT_PACKET
+    for event in events:
+        size = len(event) + 1
+        if size >= MAX_CHUNK:
+            data, seq = frame(bytes((status,)) + bytes(event), seq)
+            out.append(data)
+            continue
+        out.append(pack(size | (seq << 24), status))
+        out.append(event)
+        seq = (seq + 1) & 0xFF
+    return seq
+
+
+def event_packet_header(length: int, seq: int, prefix: bytes = bytes((EVENT_PACKET,))) -> bytes:
+    """The start of a dump packet for an event of ``length`` bytes whose bytes follow apart
+    (streamed from a file): the packet header and ``prefix`` (``00``, or semi-sync's ``00 ef 00``).
+    The packet must be whole: ``length + len(prefix)`` under 16 MB."""
+    size = length + len(prefix)
+    if size >= MAX_CHUNK:
+        raise ValueError(f"an event of {length} bytes needs more than one packet")
+    return _PACKET_HEADER.pack(size | seq << 24) + prefix
 
 
 class PacketReader:
@@ -233,11 +287,11 @@ class PacketReader:
 
 
 def is_err(payload: bytes | memoryview) -> bool:
-    return len(payload) >= 3 and payload[0] == 0xFF
+    return len(payload) >= 3 and payload[0] == ERR_PACKET
 
 
 def is_eof(payload: bytes | memoryview) -> bool:
-    return len(payload) < 9 and payload[0] == 0xFE
+    return len(payload) < 9 and payload[0] == EOF_PACKET
 
 
 def parse_ok(payload: bytes | memoryview) -> OkPacket:
@@ -250,7 +304,7 @@ def parse_ok(payload: bytes | memoryview) -> OkPacket:
 
 
 def parse_err(payload: bytes | memoryview) -> ServerError:
-    if len(payload) < 3 or payload[0] != 0xFF:
+    if len(payload) < 3 or payload[0] != ERR_PACKET:
         raise ProtocolError("not an ERR packet")
     code = _U16.unpack_from(payload, 1)[0]
     rest = bytes(payload[3:])
@@ -263,13 +317,13 @@ def parse_err(payload: bytes | memoryview) -> ServerError:
 
 def build_ok(affected_rows: int = 0, last_insert_id: int = 0, status: int = 0x0002,
              warnings: int = 0, info: bytes = b"") -> bytes:
-    return (b"\x00" + lenenc_int(affected_rows) + lenenc_int(last_insert_id)
+    return (bytes((OK_PACKET,)) + lenenc_int(affected_rows) + lenenc_int(last_insert_id)
             + struct.pack("<HH", status, warnings) + info)
 
 
 def build_err(code: int, message: str, sqlstate: str = "HY000") -> bytes:
-    return b"\xff" + _U16.pack(code) + b"#" + sqlstate.encode("ascii") + message.encode("utf-8")
+    return bytes((ERR_PACKET,)) + _U16.pack(code) + b"#" + sqlstate.encode("ascii") + message.encode("utf-8")
 
 
 def build_eof(warnings: int = 0, status: int = 0x0002) -> bytes:
-    return b"\xfe" + struct.pack("<HH", warnings, status)
+    return bytes((EOF_PACKET,)) + struct.pack("<HH", warnings, status)

@@ -4,17 +4,38 @@ Like ``client.ClientConnection``: the I/O loop feeds ``receive_data``, sends
 ``data_to_send``, and acts on ``next_event``.  Authentication is decided here from the
 credentials a ``lookup_user`` callable returns; commands come out as events and the
 session answers with ``send_ok`` / ``send_error`` / ``send_result_set`` / ``send_events``.
+
+The connection is the only owner of the packets' sequence ids, as h11's writers are the only
+place that frames: callers hand it payloads (``send_events``, ``start_event`` and
+``send_event_part`` for an event streamed in pieces), or a block the C loop of binlog/_scan.c
+framed from ``sequence_id`` on (``send_framed``, told how many packets it holds).  Nothing outside
+the connection computes a header or a sequence id.
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import os
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from . import auth
+from .codes import (
+    ACK_WANTED,
+    AUTH_MORE_DATA,
+    ER_ACCESS_DENIED_ERROR,
+    ER_HANDSHAKE_ERROR,
+    ER_MALFORMED_PACKET,
+    ER_NET_PACKET_TOO_LARGE,
+    ER_SECURE_TRANSPORT_REQUIRED,
+    EVENT_PACKET,
+    SEMI_SYNC_MAGIC,
+    SHA2_FAST_AUTH_OK,
+    SHA2_PERFORM_FULL_AUTH,
+    SHA2_REQUEST_PUBLIC_KEY,
+)
 from .events import (
     COM_BINLOG_DUMP,
     COM_BINLOG_DUMP_GTID,
@@ -23,10 +44,6 @@ from .events import (
     COM_QUERY,
     COM_QUIT,
     COM_REGISTER_SLAVE,
-    ER_ACCESS_DENIED_ERROR,
-    ER_HANDSHAKE_ERROR,
-    ER_MALFORMED_PACKET,
-    ER_SECURE_TRANSPORT_REQUIRED,
     NEED_DATA,
     BinlogDump,
     BinlogDumpGtid,
@@ -49,8 +66,6 @@ from .handshake import (
     parse_handshake_response,
 )
 from .packets import (
-    ER_NET_PACKET_TOO_LARGE,
-    MAX_CHUNK,
     PACKET_TOO_LARGE_MESSAGE,
     PacketReader,
     PacketTooLarge,
@@ -58,7 +73,9 @@ from .packets import (
     build_eof,
     build_err,
     build_ok,
+    event_packet_header,
     frame,
+    frame_events,
 )
 from .resultset import build_result_set
 
@@ -114,6 +131,7 @@ class ServerConnection:
         self._max_packet = max_packet
         self._out: list[bytes | bytearray | memoryview] = []
         self._seq = 0
+        self._event_rest = 0  # bytes still to come of an event streamed in pieces (start_event)
         self._state = _State.HANDSHAKE
         self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
         self._tls_available = tls_available
@@ -138,6 +156,7 @@ class ServerConnection:
         return self._state is _State.DUMPING
 
     def _send(self, payload: bytes) -> None:
+        self._between_packets()
         data, self._seq = frame(payload, self._seq)
         self._out.append(data)
         self._reader.next_seq = self._seq
@@ -207,7 +226,7 @@ class ServerConnection:
                     return self._finish_login(auth.CACHING_SHA2_PASSWORD, response.auth_response)
                 # As MySQL after a start: no cached hash for this user yet, so the password itself
                 # must come, over TLS or RSA-encrypted (sha2_cache_and_full_auth in MySQL's plugin).
-                self._send(b"\x01\x04")
+                self._send(bytes((AUTH_MORE_DATA, SHA2_PERFORM_FULL_AUTH)))
                 self._state = _State.SHA2_FULL_AUTH
                 return None
         # Any other plugin, or sha2 without a sha2 hash: ask for mysql_native_password.
@@ -233,8 +252,8 @@ class ServerConnection:
             return self._check_password(data.rstrip(b"\x00"))
         assert self._rsa_key_pair is not None
         private, public = self._rsa_key_pair
-        if data == b"\x02":
-            self._send(b"\x01" + public)
+        if data == bytes((SHA2_REQUEST_PUBLIC_KEY,)):
+            self._send(bytes((AUTH_MORE_DATA,)) + public)
             return None
         password = auth.rsa_decrypt_password(data, self._scramble, private)
         return self._check_password(password) if password is not None else self._refuse_login(using=True)
@@ -257,7 +276,7 @@ class ServerConnection:
         credentials = self._lookup_user(user)
         if credentials is not None and _token_matches(plugin, token, self._scramble, credentials):
             if plugin == auth.CACHING_SHA2_PASSWORD:
-                self._send(b"\x01\x03")  # fast authentication succeeded
+                self._send(bytes((AUTH_MORE_DATA, SHA2_FAST_AUTH_OK)))
             return self._logged_in()
         return self._refuse_login(using=bool(token))
 
@@ -327,46 +346,71 @@ class ServerConnection:
         """From now on the connection carries binlog events (``send_events``) until it closes."""
         self._state = _State.DUMPING
 
-    def send_events(self, events: Sequence[bytes | memoryview]) -> None:
-        """Frame each event as ``00 | event`` (one packet each, split past 16 MB); under
-        semi-sync as ``00 ef 00 | event``: the relay never asks for an ACK (docs/protocol.md 6)."""
+    def send_events(self, events: Sequence[bytes | memoryview], ack_wanted: Iterable[bool] | None = None) -> None:
+        """Frame each event as ``00 | event`` (one packet each, split past 16 MB).  Under semi-sync
+        as ``00 ef flag | event`` (semisync_master.cc): flag ACK_WANTED where ``ack_wanted`` says
+        so (a group's last event, when the relay's own ACK waits for its replicas), after which
+        the numbering starts again at 1 as MariaDB's flush_net does (the replica's ACK takes 0);
+        without ``ack_wanted`` the relay never asks for an ACK (docs/protocol.md 6)."""
         if self.semi_sync:
-            for event in events:
-                self._send(b"\x00\xef\x00" + bytes(event))
+            for event, ack in zip(events, itertools.repeat(False) if ack_wanted is None else ack_wanted):
+                self._send(bytes((EVENT_PACKET, SEMI_SYNC_MAGIC, ACK_WANTED if ack else 0)) + bytes(event))
+                if ack:
+                    self._seq = 1
             return
-        parts = self._out
-        seq = self._seq
-        pack = _PACKET_PREFIX.pack
-        for event in events:
-            size = len(event) + 1
-            if size >= MAX_CHUNK:
-                self._seq = seq
-                self._send(b"\x00" + bytes(event))
-                seq = self._seq
-                continue
-            parts.append(pack(size | (seq << 24), 0))
-            parts.append(event)
-            seq = (seq + 1) & 0xFF
-        self._seq = seq
+        if ack_wanted is not None:
+            raise ProtocolError("an ACK asked of a replica that is not semi-sync")
+        self._between_packets()
+        self._seq = frame_events(events, self._seq, self._out)
+
+    def start_event(self, length: int) -> None:
+        """Open the packet of one event of ``length`` bytes whose bytes follow in pieces
+        (``send_event_part``), for an event streamed from a file instead of held whole: it must
+        fit one packet (under 16 MB with its ``00``, or semi-sync's ``00 ef 00``)."""
+        self._between_packets()
+        prefix = bytes((EVENT_PACKET, SEMI_SYNC_MAGIC, 0)) if self.semi_sync else bytes((EVENT_PACKET,))
+        self._out.append(event_packet_header(length, self._seq, prefix))
+        self._seq = (self._seq + 1) & 0xFF
+        self._event_rest = length
+
+    def send_event_part(self, part: bytes | bytearray) -> None:
+        """The next bytes of the event ``start_event`` opened."""
+        if len(part) > self._event_rest:
+            raise ProtocolError(f"{len(part)} bytes for an event with {self._event_rest} bytes left")
+        self._out.append(part)
+        self._event_rest -= len(part)
+
+    def _between_packets(self) -> None:
+        if self._event_rest:
+            raise ProtocolError(f"a packet sent inside an event with {self._event_rest} bytes to come")
 
     @property
     def sequence_id(self) -> int:
-        """The sequence id the next packet gets (for framing done elsewhere)."""
+        """The sequence id the next packet gets: where a block framed by the C loop of
+        binlog/_scan.c starts its numbering (then handed over with ``send_framed``)."""
         return self._seq
 
-    def send_framed(self, data: bytes | bytearray, next_sequence_id: int) -> None:
-        """Packets framed by the caller (``replication.outbound.frame_block``), and the id after them."""
+    def send_framed(self, data: bytes | bytearray, packets: int) -> None:
+        """``packets`` whole packets framed outside the connection (the serve loop of _scan.c,
+        through ``replication.outbound.frame_block``), numbered from ``sequence_id`` on: the
+        connection moves its own sequence id past them."""
+        self._between_packets()
+        if packets and data[3] != self._seq:
+            raise ProtocolError(f"a block framed from sequence id {data[3]}, not {self._seq}")
         self._out.append(data)
-        self._seq = next_sequence_id
+        self._seq = (self._seq + packets) & 0xFF
+
+    @staticmethod
+    def refusal_before_greeting(code: int, message: str, sqlstate: str) -> bytes:
+        """An ERR in place of the greeting, the first packet of a connection refused outright
+        (mariadbd's answer to a client over max_connections)."""
+        return frame(build_err(code, message, sqlstate), 0)[0]
 
     def send_eof(self) -> None:
         self._send(build_eof())
 
     def send_dump_error(self, code: int, message: str, sqlstate: str = "HY000") -> None:
         self._send(build_err(code, message, sqlstate))
-
-
-_PACKET_PREFIX = struct.Struct("<IB")  # u24 length + seq in one u32, then the 00 status byte
 
 
 def _new_scramble() -> bytes:

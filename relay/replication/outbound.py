@@ -14,6 +14,7 @@ from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from ..errors import Refusal
 from ..gtid.mysqlgtid import ExcludedGroups
+from ..protocol.packets import frame_events
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .gtidstart import GtidStart
 
@@ -226,13 +227,11 @@ def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
 class FramedRun:
     data: bytes | bytearray  # the packets: u24 length, sequence id, 00, event
     used: int  # bytes of the block they hold
-    events: int
+    events: int  # packets: one per event (for ServerConnection.send_framed)
     last_event: int  # offset of the last one in the block
-    next_sequence_id: int
 
 
 _EVENT_LENGTH = struct.Struct("<I")
-_PACKET_PREFIX = struct.Struct("<IB")
 _GROUP_START_TYPES = bytes(t in _GROUP_STARTS for t in range(256))  # for the compiled loop
 
 
@@ -243,20 +242,22 @@ _ANNOTATIONS_LEFT_OUT = bytes(t == ev.ANNOTATE_ROWS_EVENT for t in range(256))
 def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None,
                 verify_crc: bool = False, leave_out: bytes = _NOTHING_LEFT_OUT) -> FramedRun:
     """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
-    packets in one pass, stopping before an event of 16 MB or more, a partial one, a group
-    start written by ``stop_at_origin`` (the replica's own transactions go the filtered way),
-    or, with ``verify_crc``, an event whose CRC32 is wrong (the general path reports it).
-    Events of the types marked in ``leave_out`` (256 bytes) are passed over (``used``), not sent.
-    The compiled loop of _scan.c does the same when it is built."""
+    packets in one pass, numbered from ``sequence_id`` (``ServerConnection.sequence_id``: the
+    block goes back to the connection with ``send_framed``), stopping before an event of 16 MB
+    or more, a partial one, a group start written by ``stop_at_origin`` (the replica's own
+    transactions go the filtered way), or, with ``verify_crc``, an event whose CRC32 is wrong
+    (the general path reports it).  Events of the types marked in ``leave_out`` (256 bytes)
+    are passed over (``used``), not sent.  The compiled loop of _scan.c does it when it is
+    built; else the events are picked here and framed by ``protocol.packets.frame_events``."""
     if _compiled_frame is not None:
-        return FramedRun(*_compiled_frame(block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin,
-                                          _GROUP_START_TYPES, verify_crc, leave_out))
+        data, used, events, last, _ = _compiled_frame(
+            block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin, _GROUP_START_TYPES,
+            verify_crc, leave_out)
+        return FramedRun(data, used, events, last)
     unpack = _EVENT_LENGTH.unpack_from
     origin_at = _SERVER_ID.unpack_from
-    pack = _PACKET_PREFIX.pack
-    out = bytearray()
-    seq = sequence_id
-    pos = count = last = 0
+    picked: list[memoryview] = []
+    pos = last = 0
     while pos + ev.HEADER_LEN <= size:
         length = unpack(block, pos + 9)[0]
         end = pos + length
@@ -270,10 +271,9 @@ def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: 
         if leave_out[block[pos + 4]]:
             pos = end
             continue
-        out += pack((length + 1) | (seq << 24), 0)
-        out += block[pos:end]
-        seq = (seq + 1) & 0xFF
+        picked.append(block[pos:end])
         last = pos
         pos = end
-        count += 1
-    return FramedRun(out, pos, count, last, seq)
+    packets: list[bytes | bytearray | memoryview] = []
+    frame_events(picked, sequence_id, packets)
+    return FramedRun(b"".join(packets), pos, len(picked), last)

@@ -4,7 +4,8 @@ event (the last of a transaction) before the commit returns to its client.
 
 Sans-IO.  ``SemiSyncDeframer`` takes the raw dump bytes and gives them back as a plain dump
 stream (``00 | event`` packets, numbered 1, 2, ... as the dump parsers expect), cut after each
-event that wants an ACK, with what to acknowledge; ``build_ack`` makes the ACK packet.
+event that wants an ACK, with what to acknowledge; ``build_ack`` makes the ACK packet.  On the
+primary's side the dump's packets (``00 ef flag | event``) are ``ServerConnection.send_events``'s.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ from dataclasses import dataclass
 
 from ..binlog import events as ev
 from ..errors import RetryableError
-from ..protocol.packets import PacketReader
-
-SEMI_SYNC_MAGIC = 0xEF
-ACK_WANTED = 0x01
-_MAX_CHUNK = 0xFFFFFF
+from ..protocol.codes import ACK_WANTED, EVENT_PACKET, SEMI_SYNC_MAGIC
+from ..protocol.packets import PacketReader, frame
 
 
 @dataclass(frozen=True)
@@ -50,15 +48,16 @@ class SemiSyncDeframer:
         payload: bytes | memoryview | None  # bytes once a semi-sync header is taken off
         while (payload := self._reader.next_packet()) is not None:
             ack = None
-            if payload[0] == 0x00:
+            if payload[0] == EVENT_PACKET:
                 if len(payload) < 3 or payload[1] != SEMI_SYNC_MAGIC:
                     raise SemiSyncError("Missing magic number for semi-sync packet")
                 event = payload[3:]
                 self._follow(event)
                 if payload[2] & ACK_WANTED:
                     ack = Ack(self.primary_file, ev.EventHeader.parse(event).log_pos)
-                payload = b"\x00" + bytes(event)
-            self._frame(out, payload)
+                payload = bytes((EVENT_PACKET,)) + bytes(event)
+            data, self._out_seq = frame(payload, self._out_seq)
+            out += data
             if ack is not None:
                 pieces.append((bytes(out), ack))
                 out = bytearray()
@@ -75,40 +74,14 @@ class SemiSyncDeframer:
         elif etype == ev.ROTATE_EVENT:
             self.primary_file = ev.parse_rotate(event, self.checksum_alg == ev.CHECKSUM_CRC32).next_file
 
-    def _frame(self, out: bytearray, payload: bytes | memoryview) -> None:
-        for start in range(0, len(payload) + 1, _MAX_CHUNK):
-            chunk = payload[start : start + _MAX_CHUNK]
-            out += struct.pack("<I", len(chunk) | (self._out_seq << 24)) + bytes(chunk)
-            self._out_seq = (self._out_seq + 1) & 0xFF
-            if len(chunk) < _MAX_CHUNK:
-                break
-
 
 def build_ack(ack: Ack) -> bytes:
     """The ACK packet (its own sequence, starting at 0): ef | position u64 | file name."""
     payload = bytes([SEMI_SYNC_MAGIC]) + struct.pack("<Q", ack.position) + ack.file.encode("utf-8")
-    return struct.pack("<I", len(payload)) + payload
+    return frame(payload, 0)[0]
 
 
 # ------------------------------------------------------------ the primary side (downstream)
-
-def frame_semi_sync(events: list[bytes | memoryview], sequence_id: int, wanted: list[bool]) -> tuple[bytes, int]:
-    """Dump packets ``00 ef flag | event`` (semisync_master.cc), flag ACK_WANTED where ``wanted``;
-    after a packet that wants an ACK the numbering starts again at 1, as MariaDB's flush_net
-    does (the replica's ACK takes sequence 0).  Returns the bytes and the next sequence id."""
-    out = bytearray()
-    seq = sequence_id
-    for event, ack in zip(events, wanted):
-        payload = bytes([0, SEMI_SYNC_MAGIC, ACK_WANTED if ack else 0]) + bytes(event)
-        for start in range(0, len(payload) + 1, _MAX_CHUNK):
-            chunk = payload[start:start + _MAX_CHUNK]
-            out += struct.pack("<I", len(chunk) | (seq << 24)) + chunk
-            seq = (seq + 1) & 0xFF
-            if len(chunk) < _MAX_CHUNK:
-                break
-        if ack:
-            seq = 1
-    return bytes(out), seq
 
 
 class AckReader:

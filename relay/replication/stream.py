@@ -22,7 +22,8 @@ from typing import Any
 
 from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
-from ..errors import FatalError, RetryableError
+from ..errors import InputError, RetryableError
+from ..protocol.codes import ERR_PACKET, EVENT_PACKET
 from ..protocol.packets import ServerError, is_eof, parse_err
 
 try:
@@ -120,8 +121,9 @@ MIXED_HISTORIES = ("refusing to mix two binlog histories (another primary, or th
                    "use a new data_dir for a new history)")
 
 
-class StreamError(FatalError):
-    """The upstream sent something the relay must not store; ingest stops with this message."""
+class StreamError(InputError):
+    """The upstream sent something the relay must not store.  Of no kind of its own: ingest, which
+    knows what the stream was for, stops with this message (ingest/errors.py)."""
 
 
 class UpstreamEnded(RetryableError):
@@ -216,6 +218,7 @@ class IngestStream:
         crc_on = self.checksum_alg == ev.CHECKSUM_CRC32
         last_timestamp = self.last_event_timestamp
         compiled_scan = _compiled_scan
+        event_packet = EVENT_PACKET
         payload: bytes | memoryview
         while pos + 4 <= size:
             if fast and groups.state and compiled_scan is not None:
@@ -247,7 +250,7 @@ class IngestStream:
                 kind = _KIND[etype] if fast else _GENERAL
                 # (a position past 4 GiB never equals log_pos - length: the general path masks it;
                 # log_pos 0, an artificial event's, never equals position + length either)
-                if (kind and status == 0 and event_length == length - 1 >= ev.HEADER_LEN
+                if (kind and status == event_packet and event_length == length - 1 >= ev.HEADER_LEN
                         and log_pos - event_length == position and not flags & ev.LOG_EVENT_ARTIFICIAL_F):
                     event = view[start:end]
                     if crc_on and crc32(event) != _CRC_RESIDUE:
@@ -283,7 +286,7 @@ class IngestStream:
 
     def _one(self, payload: bytes | memoryview, segments: list[Segment], current: Segment | None) -> Segment | None:
         """Handle one payload the slow, general way; returns the segment now being filled."""
-        if payload[0] != 0:
+        if payload[0] != EVENT_PACKET:
             self._end_of_stream(payload)
         if len(payload) < 1 + ev.HEADER_LEN:
             raise StreamError(f"truncated event ({len(payload) - 1} bytes) in {self.file} near {self.position}")
@@ -397,7 +400,7 @@ class IngestStream:
                           "check: the binlog or the network corrupted it")
 
     def _end_of_stream(self, payload: bytes | memoryview) -> None:
-        if payload[0] == 0xFF:
+        if payload[0] == ERR_PACKET:
             error = parse_err(payload)
             raise error
         if is_eof(payload):

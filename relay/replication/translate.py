@@ -23,6 +23,7 @@ from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from ..binlog.names import next_file_name
 from ..gtid.gtid import BinlogState
+from ..protocol.codes import ERR_PACKET, EVENT_PACKET
 from ..protocol.packets import PacketReader, is_eof, parse_err
 from .stream import Segment, StreamError, UpstreamEnded
 
@@ -73,8 +74,8 @@ class TranslatingStream:
     # ------------------------------------------------------------ one packet
 
     def _one(self, payload: memoryview, segments: list[Segment]) -> None:
-        if payload[0] != 0x00:
-            if payload[0] == 0xFF:
+        if payload[0] != EVENT_PACKET:
+            if payload[0] == ERR_PACKET:
                 raise parse_err(payload)
             if is_eof(payload):
                 raise UpstreamEnded("the primary ended the binlog dump (EOF)")

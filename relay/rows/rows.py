@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from relay.rows import coltypes as ct
 from relay.rows.coltypes.readers import Body, Row, Run, compile_body, compile_run
-from relay.rows.tablemap import _DECODE_ERRORS, RowDecodeError, TableMap, _Reader
+from relay.rows.tablemap import _DECODE_ERRORS, RowDecodeError, TableMap
 
 __all__ = ["RowsEvent", "parse_rows_event", "iter_rows", "uncompress_rows", "ROWS_EVENT_TYPES"]
 
@@ -223,8 +223,7 @@ def _rows_header(event_type: int, data: bytes, tm: TableMap,
             pos += var_len
         width = data[pos]
         if width >= 0xFB:  # rare: more than 250 columns, a longer lenenc integer
-            r = _Reader(data, pos)
-            width, pos = r.lenenc(), r.pos
+            width, pos = ct.lenenc_at(data, pos)
         else:
             pos += 1
         if width != len(tm.column_types):

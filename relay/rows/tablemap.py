@@ -143,16 +143,9 @@ class _Reader:
         return int.from_bytes(self.take(n), "little")
 
     def lenenc(self) -> int:
-        first = self.uint(1)
-        if first < 0xFB:
-            return first
-        if first == 0xFC:
-            return self.uint(2)
-        if first == 0xFD:
-            return self.uint(3)
-        if first == 0xFE:
-            return self.uint(8)
-        raise ValueError(f"bad length-encoded integer prefix {first:#x} at offset {self.pos - 1}")
+        value, end = ct.lenenc_at(self.data, self.pos)  # the protocol's one reader
+        self.take(end - self.pos)  # Truncated when it runs past the reader's end
+        return value
 
     def lenenc_bytes(self) -> bytes:
         return self.take(self.lenenc())

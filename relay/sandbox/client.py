@@ -2,7 +2,7 @@
 
 For the synchronous harness: the launcher's readiness probe and SQL, the benchmarks' raw dump
 clients, and the tests' clients for dumps a real replica cannot be made to send.  Trio code
-uses ``relay.upstream.connect`` instead.
+uses ``relay.ingest.connection.connect`` instead.
 
     with BlockingClient(port, "repl", "replpass") as client:
         client.query("SET @master_binlog_checksum = @@global.binlog_checksum")

@@ -36,7 +36,7 @@ from ..gtid.spans import (
     span_from_json,
     span_to_json,
 )
-from .files import atomic_write, make_durable_dir
+from .files import atomic_write, fsync_dir, make_durable_dir
 
 log = logging.getLogger(__name__)
 
@@ -357,8 +357,9 @@ class HistoryIndex:
                     self._rewrite(name, self._known[name].spans[: -len(spans) or None], False)
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             os.write(self._fd, data)
-            if complete:  # flushed once, when the file is closed (see _rewrite)
+            if complete:  # flushed once, when the file is closed (see _rewrite), with its name
                 os.fdatasync(self._fd)
+                fsync_dir(sidecar_path(self.data_dir, name).parent)
         except OSError as exc:
             log.warning("history index of %s not written: %s", name, exc)
             self._close_fd()

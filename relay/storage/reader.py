@@ -66,7 +66,14 @@ class NothingYet:
     seen: tuple[str, int] | None
 
 
-Step = FileStart | Available | NothingYet
+@dataclass(frozen=True)
+class FetchArchived:
+    """``file`` is only in the archive: the dump fetches it back (relay_log.shelf), then polls again."""
+
+    file: str
+
+
+Step = FileStart | Available | NothingYet | FetchArchived
 
 
 class TailReader:
@@ -83,11 +90,14 @@ class TailReader:
         self._unmapped_below = 0  # pages below this were handed back (MADV_DONTNEED) once sent
         self._opened: FileStart | None = None  # the file just entered, not yet handed out
         self.checksummed = False  # the current file's events end in a CRC32, checked as they are read
+        self._pinned: str | None = None  # the archived file whose fetched copy is open
 
-    def first_file_pending(self) -> NothingYet | None:
+    def first_file_pending(self) -> NothingYet | FetchArchived | None:
         """A relay that just started, or is one rotation behind its primary, may be asked for a
         file it does not have yet but soon will, or whose first event it has not committed yet: a
         blocking dump waits for it (ERR 1236 would stop a replica's IO thread for good)."""
+        if self.file and self.relay_log.archived_only(self.file):
+            return FetchArchived(self.file) if self.relay_log.read_path(self.file) is None else None
         files = self.relay_log.files
         committed = self.relay_log.committed
         if self.relay_log.repairs_pending():  # a file a power cut damaged is fetched again first
@@ -100,7 +110,7 @@ class TailReader:
 
     def start(self) -> None:
         """Check the requested start and open its file; raises StartRefused as a primary would."""
-        files = self.relay_log.files
+        files = self.relay_log.served_files()
         file = self.file or (files[0] if files else "")
         if file not in files:
             raise StartRefused(_position_error(
@@ -121,9 +131,11 @@ class TailReader:
             return Available(end)
         committed = self.relay_log.committed
         if committed is not None and committed[0] != self.file:
-            files = self.relay_log.files
+            files = self.relay_log.served_files()
             index = files.index(self.file) + 1 if self.file in files else len(files)
             if index < len(files) and committed != (files[index], 4):  # the next file's FDE is committed
+                if self.relay_log.read_path(files[index]) is None:
+                    return FetchArchived(files[index])
                 self._enter(files[index], 4, first=False)
                 return self.poll()
         return NothingYet(committed)
@@ -196,6 +208,9 @@ class TailReader:
         if self._stored is not None:
             self._stored.close()
             self._stored = None
+        if self._pinned is not None and self.relay_log.shelf is not None:
+            self.relay_log.shelf.done_reading(self._pinned)
+        self._pinned = None
 
     def _file(self) -> BinaryIO:
         assert self._stored is not None, "read before start()"
@@ -203,7 +218,12 @@ class TailReader:
 
     def _enter(self, file: str, position: int, first: bool) -> None:
         self.close()
-        path = self.relay_log.path(file)
+        path = self.relay_log.read_path(file)
+        if path is None:
+            raise StoredFileDamaged("the archived file was not fetched back", file, 4)
+        if self.relay_log.archived_only(file) and self.relay_log.shelf is not None:
+            self.relay_log.shelf.reading(file)  # its copy stays while it is read
+            self._pinned = file
         self._stored = open(path, "rb")  # noqa: SIM115 - held across polls, closed by close()
         first_events = read_batch(self._stored, 4, path.stat().st_size, _FDE_BLOCK)
         if not first_events or first_events[0][4] != ev.FORMAT_DESCRIPTION_EVENT:
@@ -227,7 +247,7 @@ class TailReader:
                 "Client requested master to start replication from impossible position", file, position))
         if position in (4, end):
             return
-        with open(self.relay_log.path(file), "rb") as stored:
+        with open(self.relay_log.read_path(file) or self.relay_log.path(file), "rb") as stored:
             stored.seek(position)
             header = stored.read(ev.HEADER_LEN)
         if len(header) < ev.HEADER_LEN:

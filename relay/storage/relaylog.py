@@ -26,6 +26,7 @@ from .files import DataDirError, DataDirLock, StoredFile, fsync_dir, make_durabl
 from .history import DEFAULT_INTERVAL, HistoryIndex
 from .index import read_index, write_index
 from .scan import iter_events
+from .shelf import ArchiveShelf
 from .state import Checkpoint, RelayState, read_state, write_state
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class RelayLog:
         self.state = RelayState()
         self.files: list[str] = []
         self.damaged: dict[str, int] = {}  # closed files cut short on disk: where their whole events end
+        self.shelf: ArchiveShelf | None = None  # with an archive: the archived files, fetched back for dumps
         self._repair_until = 0.0  # dumps wait until then for the first re-fetch of the damaged files
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
@@ -240,7 +242,27 @@ class RelayLog:
         """How far readers may read in ``name``: the committed end for the current file."""
         if self.committed and name == self.committed[0]:
             return self.committed[1]
+        if self.archived_only(name):
+            return self.shelf.size(name)  # type: ignore[union-attr]
         return self.path(name).stat().st_size
+
+    # ------------------------------------------------------------ the archived history
+
+    def served_files(self) -> list[str]:
+        """The history replicas may read: with an archive, the archived files older than the local
+        ones first, then the local ones."""
+        if self.shelf is None:
+            return self.files
+        return self.shelf.names_before(self.files[0] if self.files else None) + self.files
+
+    def archived_only(self, name: str) -> bool:
+        """``name`` is in the archive and no longer on the local disk."""
+        return self.shelf is not None and name not in self.files and name in self.shelf.archived()
+
+    def read_path(self, name: str) -> Path | None:
+        """Where a reader opens ``name``: the stored file, or the copy fetched back from the
+        archive (None: not fetched yet)."""
+        return self.shelf.copy(name) if self.archived_only(name) else self.path(name)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ writing
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import Refusal
+from ..protocol.codes import ER_LOG_IN_USE, ER_UNKNOWN_TARGET_BINLOG
 from .files import StoredFile
 
 if TYPE_CHECKING:  # the keeper is handed a relay log; the relay log does not know retention
@@ -78,10 +79,6 @@ class PurgeRefused(Refusal):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-ER_UNKNOWN_TARGET_BINLOG = 1373
-ER_LOG_IN_USE = 1378
 
 
 class RetentionKeeper:

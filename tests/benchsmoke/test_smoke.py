@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 
 from bench import suite
 from relay.sandbox.ports import free_port
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PICTURED = {"capacity", "latency", "catchup"}  # the scenarios suite.pictures draws
+
 
 
 def _finite(value: object) -> bool:
@@ -54,6 +59,10 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
     for workload in scenarios["decode"]["workloads"].values():
         assert len({row["rows"] for row in workload["tools"].values()}) == 1
         assert all(_finite(row["ratio"]) for row in workload["tools"].values())
+        # the discard reader of mysql-replication's dump: the socket's share of its CPU seconds
+        socket = workload["socket"]
+        assert socket["wire_bytes"] > workload["file_bytes"] // 2 and socket["events"] > 0
+        assert _finite(socket["cpu_s"]) and _finite(socket["share_of_mysql_replication"])
     gtid = scenarios["gtidstart"]
     first = gtid["summary"]["first_event"]
     assert first["relay"]["runs"] == first["primary"]["runs"] == 1 and _finite(first["ratio"])
@@ -76,5 +85,14 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
                     "## Pipeline decode", "## GTID starts", "## Search by time"):
         assert heading in text
     assert "smoke run" in text
-    for picture in data["pictures"].values():  # written when matplotlib is installed (the bench extra)
-        assert (tmp_path / "out" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "over TCP" in text and "discard reader (socket only)" in text
+
+    # The pictures (matplotlib is in the test extra): one per scenario that draws one, each a PNG
+    # with a picture in it, shown in BENCHMARKS.md.
+    assert set(data["pictures"]) == PICTURED
+    for name, picture in data["pictures"].items():
+        png = (tmp_path / "out" / picture).read_bytes()
+        assert png[:8] == PNG_SIGNATURE and png[12:16] == b"IHDR", name
+        width, height = struct.unpack(">II", png[16:24])
+        assert width >= 300 and height >= 200 and len(png) > 5_000, (name, width, height, len(png))
+        assert f"]({picture})" in text

@@ -4,18 +4,31 @@
 metrics port, and records each one: before it is stopped, its /metrics, /healthz and /readyz bodies
 are saved next to its log, so tests/faults/test_secrets.py can search everything the suite's relays
 said for the passwords they were given.
+
+``fault_figures`` records a test's figures (tests/support/faultfigures.py): printed as its ``FAULTS``
+line, summed up at the end of the session, and written into RELIABILITY.md's generated block when
+``FAULTS_FIGURES`` names it (scripts/faults.sh does, for the long run; the default run writes nothing).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
 from relay.sandbox.ports import free_port
 from relay.sandbox.relayprocess import RelayProcess
+from tests.support.faultfigures import (
+    FIGURES_ENV,
+    FigureRecorder,
+    Figures,
+    figures_path,
+    run_label,
+    write_figures,
+)
 from tests.support.faults import ENDPOINTS_FILE, STARTED_RELAYS, endpoint_texts
 
 SCALE = os.environ.get("FAULTS_SCALE", "short")
@@ -25,6 +38,7 @@ LONG = SCALE == "long"
 
 # How many faults of each class one run injects (RELIABILITY.md has the figures of both runs).
 KILL9_CYCLES = 200 if LONG else 20
+POWER_CUTS = 200 if LONG else 20  # per storage.sync policy
 PROXY_FAULTS_EACH = 100 if LONG else 20  # per kind and leg
 HOSTILE_CASES = 100_000 if LONG else 5_000
 POWER_CUTS = 200 if LONG else 20  # per storage.sync policy
@@ -56,3 +70,69 @@ def fault_relay(relay_factory: Any) -> Iterator[Any]:
                 (relay.work_dir / ENDPOINTS_FILE).write_text(endpoint_texts(relay))
             except OSError:
                 pass
+
+
+# ------------------------------------------------------------------ the figures (RELIABILITY.md)
+
+_PENDING = pytest.StashKey[list[Figures]]()  # a test's, until it passed
+_RECORDED = pytest.StashKey[list[Figures]]()  # the session's, of the tests that passed
+_FAILED = pytest.StashKey[list[str]]()  # the fault tests that failed
+_WRITTEN = pytest.StashKey[str]()  # what became of them, for the summary
+
+
+@pytest.fixture
+def fault_figures(request: pytest.FixtureRequest) -> FigureRecorder:
+    """record(fault_class, *, fault, injected, recovery, memory="-", data_lost="-", diverged="-",
+    detail="") -> Figures: tests/support/faultfigures.py FigureRecorder.__call__."""
+    node = request.node
+    test = f"{node.path.name}::{node.name}"
+    return FigureRecorder(test, run_label(SCALE), node.stash.setdefault(_PENDING, []))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # A test's figures count once it passed; a fault test that failed is named in the block's note.
+    report = yield
+    if report.when == "call" and report.passed:
+        item.config.stash.setdefault(_RECORDED, []).extend(item.stash.get(_PENDING, []))
+    elif report.failed:
+        item.config.stash.setdefault(_FAILED, []).append(item.nodeid)
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    recorded = session.config.stash.get(_RECORDED, [])
+    failed = session.config.stash.get(_FAILED, [])
+    path = figures_path(session.config.rootpath)
+    if not recorded and not failed:
+        return  # no fault test ran
+    if path is None:
+        session.config.stash[_WRITTEN] = (f"not written anywhere ({FIGURES_ENV} unset: scripts/faults.sh sets it "
+                                          "to RELIABILITY.md for the long run)")
+        return
+    if not recorded:
+        session.config.stash[_WRITTEN] = f"{path} left as it was: no fault test passed ({len(failed)} failed)"
+        return
+    size = "long run (scripts/faults.sh, FAULTS_SCALE=long)" if LONG else "default counts (FAULTS_SCALE=short)"
+    note = (f"_Written by the fault suite (tests/support/faultfigures.py) at the end of a run on "
+            f"{time.strftime('%Y-%m-%d %H:%M')}, {size}, {os.cpu_count()} CPUs: "
+            f"{len(recorded)} rows from it; failed in it: {', '.join(f'`{n}`' for n in failed) or 'none'}. "
+            "A class that did not run or failed keeps its row from an earlier run; the Run column says which "
+            "run each row is from. Edit the tests, not this table._")
+    try:
+        write_figures(path, recorded, note)
+    except (OSError, ValueError) as exc:
+        session.config.stash[_WRITTEN] = f"NOT written to {path}: {exc}"
+    else:
+        session.config.stash[_WRITTEN] = f"written to {path} ({len(recorded)} rows)"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _WRITTEN not in config.stash:
+        return
+    terminalreporter.section(f"fault figures ({SCALE} run)")
+    for figures in config.stash.get(_RECORDED, []):
+        terminalreporter.write_line(figures.line())
+    terminalreporter.write_line(f"the figures: {config.stash[_WRITTEN]}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 
 from relay.protocol.packets import is_eof, is_err, parse_err
 from relay.sandbox.binlogfiles import HEADER, HEADER_LEN, binlog_events
@@ -77,7 +78,7 @@ def _restart(relay) -> None:
     assert relay.alive(), relay.log_text()[-3000:]
 
 
-def test_flipped_byte_is_never_served(mariadb_factory, fault_relay):
+def test_flipped_byte_is_never_served(mariadb_factory, fault_relay, fault_figures):
     """One bit flipped in the middle of the body of a rows event in the middle of a closed file."""
     primary, relay = _stored_history(mariadb_factory, fault_relay)
     flipped_name = relay.stored_files()[1]
@@ -117,6 +118,11 @@ def test_flipped_byte_is_never_served(mariadb_factory, fault_relay):
     log = relay.log_text()
     assert _names_position(log, flipped_name, flipped_positions), log[-3000:]
     assert relay.alive()
+    fault_figures("damaged: flipped bit", fault="A stored closed file with one flipped bit in a rows event",
+                  injected="1 flipped bit",
+                  recovery=f"found at read time: a raw dump and `mariadb-binlog --read-from-remote-server` get ERR "
+                           f"{err.code} naming the file and the event's position; none of the damaged bytes sent; "
+                           "logged")
 
 
 def _first_file_events(events: list[bytes]) -> list[bytes]:
@@ -143,14 +149,16 @@ def _cut_closed_file(relay) -> tuple[str, tuple[int, ...]]:
     return cut_name, (last_start, cut_size, cut_size - CUT_BYTES)
 
 
-def test_truncated_closed_file_is_fetched_again_from_the_primary(mariadb_factory, fault_relay):
+def test_truncated_closed_file_is_fetched_again_from_the_primary(mariadb_factory, fault_relay, fault_figures):
     """Found at start-up, reported with file and position, then fetched again from the primary (which
     still has it): afterwards the stored file is the primary's, and a dump of it is whole."""
     primary, relay = _stored_history(mariadb_factory, fault_relay)
     cut_name, cut_positions = _cut_closed_file(relay)
+    restarted = time.monotonic()
     _restart(relay)
     wait_for(lambda: not relay.alive() or f"stored {cut_name} repaired" in relay.log_text(), 30,
              f"the relay never repaired {cut_name}")
+    repaired_after = time.monotonic() - restarted
     assert relay.alive(), relay.log_text()[-3000:]
     assert _names_position(relay.log_text(), cut_name, cut_positions), relay.log_text()[-3000:]
     original = primary.binlog_path(cut_name).read_bytes()
@@ -162,9 +170,17 @@ def test_truncated_closed_file_is_fetched_again_from_the_primary(mariadb_factory
     assert _first_file_events(events) == _first_file_events(from_primary)
     assert not list(relay.data_dir.glob("*.fetched")), "a temporary download was left in data_dir"
     wait_for_mirror(primary, relay)
+    fault_figures("damaged: cut short, on the primary",
+                  fault=f"A stored closed file cut short (last {CUT_BYTES} bytes); the primary still has it",
+                  injected="1 file cut",
+                  recovery="found at start-up (a closed file that does not end in a whole ROTATE or STOP is "
+                           "walked), logged with the file and where its whole events end; fetched again from the "
+                           f"primary, byte-identical to its copy {repaired_after:.1f} s after the restart, a dump "
+                           "of it whole")
 
 
-def test_truncated_closed_file_the_primary_purged_is_served_up_to_the_damage(mariadb_factory, fault_relay):
+def test_truncated_closed_file_the_primary_purged_is_served_up_to_the_damage(mariadb_factory, fault_relay,
+                                                                             fault_figures):
     """The primary no longer has the file: the relay keeps serving, says which file is damaged and where,
     and a dump of it ends with ERR 1236 naming the file and the position; none of the torn bytes is sent."""
     primary, relay = _stored_history(mariadb_factory, fault_relay)
@@ -183,3 +199,9 @@ def test_truncated_closed_file_the_primary_purged_is_served_up_to_the_damage(mar
     kept = (relay.data_dir / cut_name).read_bytes()
     assert b"".join(_first_file_events(events)) == kept[4:cut_positions[0]], "not the whole events before the damage"
     assert relay.alive()
+    fault_figures("damaged: cut short, purged",
+                  fault=f"A stored closed file cut short (last {CUT_BYTES} bytes); the primary purged it",
+                  injected="1 file cut",
+                  recovery="found at start-up, logged with the file and the position; the relay serves on, and a "
+                           f"dump of this file sends its whole events, then ERR {err.code} naming the file and the "
+                           "torn event's position")

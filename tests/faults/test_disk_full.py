@@ -83,7 +83,7 @@ def _not_a_prefix(primary, data_dir: Path, stored: list[str]) -> list[str]:
     "small",  # the counted load's transactions: at most 48 KiB each
     "larger_than_free_space",  # one group that does not fit: cutting it back must not count as space freed
 ])
-def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_relay, groups):
+def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_relay, fault_figures, groups):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=8388608"])
     counter = FaultProxy(primary.port)  # forwards unchanged; counts the relay's connections to the primary
     try:
@@ -130,9 +130,17 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
         assert (metric(relay, "binlog_relay_upstream_disk_full_pauses_total") or 0) >= 1
         assert "has space again" in relay.log_text()
         assert "Traceback" not in relay.log_text()
-        print(f"\nFAULTS disk full ({groups} groups): {DISK_MIB} MiB tmpfs, paused with {len(committed)} files stored; "
-              f"{connections_while_full} upstream connections in {FULL_WINDOW:.0f}s while full; {commits} "
-              f"transactions; after space was freed, mirror and replica current in {total:.1f}s "
-              f"({recovery}); relay peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
+        fault_figures(f"disk_full[{groups}]",
+                      fault=f"data_dir full ({DISK_MIB} MiB tmpfs mounted by the test, {FREE_AT_START_MIB} MiB left), "
+                            + ("small transactions" if groups == "small" else
+                               "one transaction (about 8 MiB) larger than the free space"),
+                      injected=f"1 full disk, held {FULL_WINDOW:.0f} s ({commits:,} transactions)", data_lost="0",
+                      diverged="0",
+                      recovery=f"{connections_while_full} connections to the primary while full (counted at a "
+                               f"proxy; bound {MOST_CONNECTIONS_WHILE_FULL}); log line and "
+                               "`binlog_relay_upstream_disk_full` = 1; a dump of the stored files served meanwhile; "
+                               f"after space is freed: {recovery} (mirror and replica current in {total:.1f} s)",
+                      memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB",
+                      detail=f"paused with {len(committed)} files stored")
     finally:
         counter.close()

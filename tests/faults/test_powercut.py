@@ -230,7 +230,7 @@ def _cut(mount: PowerCutMount, relay, rng: random.Random, aim: tuple[str, str, i
 
 
 @pytest.mark.parametrize("sync", ["commit", "interval", "none"])
-def test_power_cuts(mariadb_factory, fault_relay, tmp_path, sync):
+def test_power_cuts(mariadb_factory, fault_relay, fault_figures, tmp_path, sync):
     rng = random.Random(20261125)
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=65536"]
                               + (SEMI_SYNC_PRIMARY if sync == "commit" else []))
@@ -291,8 +291,21 @@ def test_power_cuts(mariadb_factory, fault_relay, tmp_path, sync):
         assert "Traceback" not in relay.log_text()
         assert counts["cuts"] == POWER_CUTS
     aimed = ", ".join(f"{k}: {v}" for k, v in cuts.aimed.items())
-    print(f"\nFAULTS powercut sync={sync}: {POWER_CUTS} cuts ({aimed}), "
-          f"{commits} transactions, {cuts.acknowledged[-1]} acknowledged before the last cut, "
-          f"{cuts.served_bytes} bytes served to mariadb-binlog and checked, transactions lost per cut: "
-          f"max {max(cuts.lost)}, total {sum(cuts.lost)}; bytes lost by the file system {counts['lost_bytes']}, "
-          f"restart to listening median {statistics.median(cuts.restarts):.2f}s; after the load: {recovery}")
+    may_lose = {"commit": "nothing acknowledged, nothing sent", "interval": "up to sync_interval_ms, nothing sent",
+                "none": "what the OS had not written"}[sync]
+    fault_figures(f"powercut[sync={sync}]",
+                  fault=f"power cut (a FUSE file system forgets what was not flushed) with storage.sync: {sync} "
+                        f"({may_lose}), under write load"
+                        + (" from a semi-sync primary" if sync == "commit" else "")
+                        + ", a replica and mariadb-binlog --stop-never reading the relay",
+                  injected=f"{POWER_CUTS} cuts ({aimed}); {commits:,} transactions; "
+                           f"{counts['lost_bytes']:,} bytes lost by the file system",
+                  data_lost=f"0 after recovery; the relay lost {sum(cuts.lost)} transactions at the cuts (max "
+                            f"{max(cuts.lost)}), all fetched again",
+                  diverged="0",
+                  recovery=f"cut to listening again: median {statistics.median(cuts.restarts):.2f} s; "
+                           + (f"{cuts.acknowledged[-1]:,} acknowledged before the last cut, all held; "
+                              if sync == "commit" else "")
+                           + (f"{cuts.served_bytes:,} bytes sent to mariadb-binlog, none ahead of the relay; "
+                              if sync != "none" else "")
+                           + f"after the load: {recovery}")

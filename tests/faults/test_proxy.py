@@ -18,7 +18,7 @@ from tests.support.faults import SequenceLoad, converged
 LOAD_RATE = 500  # transactions a second, one in 16 of 48 KiB: about 2 MB/s of binlog
 
 
-def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
+def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay, fault_figures):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=262144"])
     upstream = FaultProxy(primary.port)
     downstream: FaultProxy | None = None
@@ -55,11 +55,17 @@ def test_network_faults_on_both_legs_converge(mariadb_factory, fault_relay):
         recovery = converged(primary, relay, [by_position, by_gtid], commits, timeout=300)
         assert "Traceback" not in relay.log_text()
         peak = relay.peak_rss_bytes()
-        summary = ", ".join(f"{leg} reconnect median {statistics.median(times):.2f}s max {max(times):.2f}s"
+        legs = {"upstream": "relay->primary", "downstream": "replica->relay"}
+        summary = ", ".join(f"{legs[leg]} median {statistics.median(times):.2f} s, max {max(times):.2f} s"
                             for leg, times in reconnects.items() if times)
-        print(f"\nFAULTS proxy: {len(plan)} faults ({PROXY_FAULTS_EACH} of each of {FAULTS} per leg), {commits} "
-              f"transactions, {upstream.connections} upstream and {downstream.connections} downstream connections; "
-              f"{summary}; after the load: {recovery}; relay peak RSS {peak / 2**20:.1f} MiB")
+        fault_figures("network", fault="Network faults through a trio proxy on both legs at once (primary->relay, "
+                      "relay->replicas): cut (FIN) and reset (RST) inside events and transactions, stall 0.2-1.5 s, "
+                      "trickle 50-1,500 bytes one at a time",
+                      injected=f"{PROXY_FAULTS_EACH} of each of {len(FAULTS)} kinds on each leg: {len(plan)} faults "
+                               f"({commits:,} transactions)", data_lost="0", diverged="0",
+                      recovery=f"reconnect after a cut or reset: {summary}; after the load: {recovery}",
+                      memory=f"peak RSS {peak / 2**20:.1f} MiB",
+                      detail=f"{upstream.connections} upstream and {downstream.connections} downstream connections")
     finally:
         upstream.close()
         if downstream is not None:

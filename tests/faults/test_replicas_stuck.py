@@ -44,7 +44,7 @@ class SlowReader(threading.Thread):
             self.error = exc
 
 
-def test_stuck_and_slow_replicas_do_not_hold_back_the_rest(mariadb_factory, fault_relay):
+def test_stuck_and_slow_replicas_do_not_hold_back_the_rest(mariadb_factory, fault_relay, fault_figures):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=16777216"])
     relay = fault_relay("relay", primary.port)
     replica = mariadb_factory(server_id=11)
@@ -77,10 +77,15 @@ def test_stuck_and_slow_replicas_do_not_hold_back_the_rest(mariadb_factory, faul
         slow_received = slow.received
         assert slow_received < written, "the slow reader was not behind: the test proved nothing"
         peak = relay.peak_rss_bytes()
-        print(f"\nFAULTS stuck/slow: {written / 2**20:.0f} MiB of binlog in {load_seconds:.1f}s, {commits} counted "
-              f"transactions; relay mirrored {mirror_lag:.2f}s after the last write, then {recovery};"
-              f" slow reader at {slow_received / 2**20:.1f} MiB; relay RSS before "
-              f"{rss_before / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB")
+        fault_figures("stuck", fault="A stuck dump (never reads, 4 KiB receive buffer) and a slow one "
+                      f"({SLOW_BYTES_PER_SECOND >> 20} MiB/s) next to a real replica",
+                      injected=f"{written / 2**20:.0f} MiB of binlog written past them in {load_seconds:.1f} s "
+                               f"({commits:,} counted transactions)", data_lost="0", diverged="0",
+                      recovery=f"ingest unaffected: relay a mirror {mirror_lag:.2f} s after the last write; then "
+                               f"{recovery}",
+                      memory=f"RSS {rss_before / 2**20:.1f} -> peak {peak / 2**20:.1f} MiB; bound asserted: growth "
+                             f"< {RSS_GROWTH_BOUND >> 20} MiB",
+                      detail=f"slow reader at {slow_received / 2**20:.1f} MiB")
         assert peak - rss_before < RSS_GROWTH_BOUND, (
             f"relay peak RSS {peak / 2**20:.1f} MiB, {rss_before / 2**20:.1f} MiB before {written / 2**20:.0f} MiB "
             "went past a stuck and a slow dump")

@@ -107,7 +107,7 @@ def test_no_password_in_what_the_relay_says(mariadb_factory, fault_relay, tmp_pa
     assert not leaks, "\n".join(leaks)
 
 
-def test_no_password_in_what_the_suites_relays_said():
+def test_no_password_in_what_the_suites_relays_said(fault_figures):
     """Everything the fault suite's relays said: the earlier tests' (when run with them) and the one above."""
     leaks, searched = [], 0
     for work_dir, secrets in STARTED_RELAYS:
@@ -118,4 +118,8 @@ def test_no_password_in_what_the_suites_relays_said():
                 leaks += [f"{path}: {leak}" for leak in _leaks(path.read_text(errors="replace"), secrets)]
     assert searched, "no relay recorded: this test runs after the others of tests/faults (this file's first test)"
     assert not leaks, "\n".join(leaks[:20])
-    print(f"\nFAULTS secrets: {searched} files of {len(STARTED_RELAYS)} relays searched")
+    fault_figures("secrets", fault="Secrets: every log line, /metrics, /healthz, /readyz body, ERR text sent to "
+                  "clients and `check-config` output searched for the passwords (inline, password_file, environment; "
+                  "upstream refusal, wrong logins)",
+                  injected=f"the logs of every relay of the run ({len(STARTED_RELAYS)} relays, {searched} files)",
+                  recovery="no password found")

@@ -7,16 +7,21 @@ is uploaded once the store is back."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from relay.archive.keys import read_keks
 from relay.archive.objects import OBJECT_DIR, ArchivedFileReader, list_archive, object_key
 from relay.archive.store import open_store
+from relay.sandbox.compare import copy_differences
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
 from relay.sandbox.polling import wait_for
 from relay.sandbox.ports import LOOPBACK, free_port
+from relay.sandbox.replication import attach_replica, wait_caught_up
 from relay.storage.index import read_index
 from tests.support.faults import metric
 from tests.support.s3 import REGION, S3Server
@@ -111,3 +116,134 @@ def test_with_the_store_down_ingest_goes_on_and_nothing_unarchived_is_purged(
     assert relay.alive() and "Traceback" not in relay.log_text()
     assert not any(key.startswith(OBJECT_DIR) and not key.endswith((".zst", ".meta.json"))
                    for key in (obj.name for obj in open_store(s3_server.store_config(prefix="relay")).list()))
+
+
+# ----------------------------------------------------------------------------- served back
+
+
+def _archived_and_purged_everywhere(primary: Any, relay: Any, s3: S3Server, saved: Path) -> list[str]:
+    """Closed files archived, purged by the relay's retention and by the primary; the primary's
+    copies saved first (the oracle).  Returns the names only the archive holds."""
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0
+             and metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the archive did not catch up")
+    wait_for(lambda: len(read_index(relay.data_dir)) <= 3, 30, "retention did not purge the archived files")
+    saved.mkdir()
+    for name, _ in primary.binlog_files():
+        (saved / name).write_bytes(primary.binlog_path(name).read_bytes())
+    newest = primary.binlog_files()[-1][0]
+    primary.sql(f"PURGE BINARY LOGS TO '{newest}'")
+    only_archived = sorted(set(closed) - set(read_index(relay.data_dir)))
+    assert only_archived and not any(name in {n for n, _ in primary.binlog_files()} for name in only_archived)
+    return only_archived
+
+
+def relay_sql(relay: Any, query: str) -> list[tuple[Any, ...]]:
+    conn = pymysql.connect(host=LOOPBACK, port=relay.port, user=REPL_USER, password=REPL_PASSWORD, connect_timeout=10)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(query)
+            return list(cursor.fetchall())
+    finally:
+        conn.close()
+
+
+def _mariadb_binlog(port: int, first: str, out: Path) -> subprocess.CompletedProcess[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host", LOOPBACK,
+                           "--port", str(port), "--user", REPL_USER, f"--password={REPL_PASSWORD}", "--to-last-log",
+                           f"--result-file={out}/", first], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_files_only_the_archive_holds_are_served_as_the_primary_wrote_them(
+        mariadb_factory, relay_factory, s3_server, tmp_path, encrypted):
+    primary = mariadb_factory(server_id=1)
+    key_file = None
+    if encrypted:
+        key_file = tmp_path / "archive.key"
+        key_file.write_text(os.urandom(32).hex())
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server, key_file),
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    write_files(primary, 5)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
+    originals = sorted((tmp_path / "primary-copies").iterdir())
+    # SHOW BINARY LOGS: the archived files, then the local ones, as the primary listed them before its purge
+    listed = relay_sql(relay, "SHOW BINARY LOGS")
+    assert [(name, int(size)) for name, size in listed] == [(p.name, p.stat().st_size) for p in originals]
+    # mariadb-binlog from the first file: archived files and local ones, byte for byte
+    run = _mariadb_binlog(relay.port, only_archived[0], tmp_path / "raw")
+    assert run.returncode == 0, run.stderr
+    assert not copy_differences(originals, tmp_path / "raw")
+    # a real replica from the first file/position, through the archive into the local files
+    replica = mariadb_factory(server_id=11)
+    attach_replica(replica, relay.port, log_file=only_archived[0], log_pos=4)
+    wait_caught_up(primary, replica)
+    assert replica.sql("SELECT COUNT(*) FROM test.t") == primary.sql("SELECT COUNT(*) FROM test.t")
+    assert metric(relay, "binlog_relay_archive_served_bytes_total") >= sum(
+        (tmp_path / "primary-copies" / name).stat().st_size for name in only_archived)
+    assert "Traceback" not in relay.log_text()
+
+
+def test_a_damaged_archived_object_is_never_served(mariadb_factory, relay_factory, s3_server, tmp_path):
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server),
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    write_files(primary, 4)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
+    damaged = only_archived[0]
+    client, key = s3_server.client(), f"relay/{object_key(damaged)}"
+    body = bytearray(client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read())
+    body[len(body) // 3] ^= 0x01
+    client.put_object(Bucket=s3_server.bucket, Key=key, Body=bytes(body))
+    run = _mariadb_binlog(relay.port, damaged, tmp_path / "raw")
+    # mariadb-binlog prints the text of the ERR (1236) the dump ended with
+    assert run.returncode != 0 and "could not read" in run.stderr and damaged in run.stderr, run.stderr
+    sent = tmp_path / "raw" / damaged
+    original = (tmp_path / "primary-copies" / damaged).read_bytes()
+    assert not sent.exists() or original.startswith(sent.read_bytes()[:4]) and sent.stat().st_size <= 4
+    assert metric(relay, "binlog_relay_archive_damaged_reads_total") >= 1
+    assert "damaged" in relay.log_text() or "fails" in relay.log_text()
+    # the other files are still served
+    later = _mariadb_binlog(relay.port, only_archived[1], tmp_path / "raw-later")
+    assert later.returncode == 0, later.stderr
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
+def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """The first relay archives and is gone with its disk; the primary purged what it archived. A
+    new relay with the same archive and upstream seeds itself with the newest archived file, serves
+    the older ones from the archive, and ingests on from where the archive ends: no gap, and the
+    primary is never asked for a file it purged (it would refuse)."""
+    primary = mariadb_factory(server_id=1)
+    archive = archive_config(s3_server)
+    first = relay_factory("first", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
+    write_files(primary, 4)
+    wait_for(lambda: relay_holds_the_primarys_newest(first, primary), 60, "the first relay did not catch up")
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: metric(first, "binlog_relay_archive_files") == len(closed), 60, "not archived")
+    first.close()
+    saved = tmp_path / "primary-copies"
+    saved.mkdir()
+    for name, _ in primary.binlog_files():
+        (saved / name).write_bytes(primary.binlog_path(name).read_bytes())
+    newest_archived = closed[-1]
+    primary.sql(f"PURGE BINARY LOGS TO '{primary.binlog_files()[-1][0]}'")  # only its active file is left
+    second = relay_factory("second", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
+    assert "seeded with " + newest_archived in second.log_text()
+    write_files(primary, 2, table="after")
+    wait_for(lambda: relay_holds_the_primarys_newest(second, primary), 60, "the second relay did not carry on")
+    local = read_index(second.data_dir)
+    assert local[0] == newest_archived
+    assert not copy_differences([saved / newest_archived] + [primary.binlog_path(name) for name in local[1:]],
+                                second.data_dir)
+    everything = [saved / name for name in closed] + [primary.binlog_path(name) for name in local[1:]]
+    run = _mariadb_binlog(second.port, closed[0], tmp_path / "raw")
+    assert run.returncode == 0, run.stderr
+    assert not copy_differences(everything, tmp_path / "raw")
+    assert "Traceback" not in second.log_text()

@@ -199,3 +199,32 @@ def test_atomic_write_keeps_the_old_or_the_new_content(fs, sync):
     atomic_write(path, b'{"new": 2}', sync=sync)
     fs.cut()
     assert path.read_bytes() == (b'{"new": 2}' if sync else b'{"old": 1}')
+
+
+def test_a_closed_files_index_survives_a_cut(fs):
+    """Once ingest closed a file (the next one began), its history index is on disk with its name:
+    a cut does not send the relay walking every closed file again at start."""
+    from relay.binlog.groups import GroupTracker
+    from relay.replication.stream import Segment
+    from relay.storage.history import sidecar_path
+    from relay.storage.relaylog import RelayLog
+    from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
+
+    binlog = MARIADB_MIXED_BINLOG.read_bytes()
+    events = file_events(binlog)
+    tracker = GroupTracker()
+    ends = [(offset, offset + len(event)) for offset, event in events if tracker.ends_group(event[4], event)]
+
+    def whole(name: str) -> Segment:
+        return Segment(name, 4, [memoryview(e) for _, e in events], len(binlog) - 4, ends[-1][1], ends[-1][0],
+                       new_file=True)
+
+    data_dir = fs.mountpoint / "data"
+    relay_log = RelayLog(data_dir, sync="commit", index_interval=4096)
+    relay_log.open()
+    relay_log.apply([whole("mysql-bin.000001")])
+    relay_log.apply([whole("mysql-bin.000002")])  # closes the first
+    expected = sidecar_path(data_dir, "mysql-bin.000001").read_bytes()
+    fs.cut()
+    assert sidecar_path(data_dir, "mysql-bin.000001").read_bytes() == expected
+    assert b'"complete"' in expected

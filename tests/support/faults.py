@@ -154,6 +154,9 @@ def converged(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], co
         wait_replica_gtid(primary, replica, timeout)
     recovered = Recovery(mirror, time.monotonic() - started)
     for replica in replicas:
+        # caught up, its IO thread may be between two connections (a kill's reconnect): running again soon
+        wait_for(lambda replica=replica: replica.slave_status()["Slave_IO_Running"] == "Yes", timeout,
+                 f"replica server_id {replica.server_id}: its IO thread did not run again")
         assert_healthy(replica)
         assert_same_data(primary, replica)
         if commits is not None:

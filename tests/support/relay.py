@@ -46,7 +46,9 @@ def assert_index_matches_files(data_dir: Path) -> int:
                if crc and int(crc, 16) == zlib.crc32(text)]
         assert raw[0] == {"binlog_history_index": 1, "file": name}, raw[:1]
         spans = [span_from_json(item) for item in raw[1:] if "span" in item]
-        assert [span.start for span in spans] == [4] + [span.end for span in spans[:-1]], name
+        # (the newest file may have no entry yet: one is written every index_interval bytes)
+        assert [span.start for span in spans] == [4, *[span.end for span in spans[:-1]]][: len(spans)], (
+            name, [(span.start, span.end) for span in spans], (data_dir / name).stat().st_size, files[-3:])
         for span in spans:
             assert walk_file(data_dir / name, span.start, span.end) == span, (name, span.start)
         if number < len(files) - 1:

@@ -2,7 +2,18 @@
 
 import pytest
 
-from relay.candidates import CandidateFacts, CandidateRefused, check_history, check_writable, parse_binlog_state
+from relay.candidates import (
+    CandidateFacts,
+    CandidateRefused,
+    CandidateUnusable,
+    check_history,
+    check_resume_file,
+    check_server_id,
+    check_writable,
+    cut_short,
+    follows_by_position,
+    parse_binlog_state,
+)
 
 STORED = parse_binlog_state("0-1-100,7-1-15,7-2-5")
 
@@ -54,3 +65,40 @@ def test_a_behind_candidate_is_waited_for_before_the_ones_after_it():
     assert waits.waiting_for(["db-0:3306"], now=210) == "db-0:3306"
     waits.refused("db-0:3306", "diverged", now=211)  # never worth waiting for
     assert waits.waiting_for(["db-0:3306"], now=212) is None
+
+
+def test_facts_from_the_answers_of_a_candidate():
+    facts = CandidateFacts.from_answers(2, "ON", "mariadb.org binary distribution", "0", "0-1-100")
+    assert facts == CandidateFacts(2, True, "mariadb.org binary distribution", False, parse_binlog_state("0-1-100"))
+    relay = CandidateFacts.from_answers(1001, "0", "binlog-relay", None, None)
+    assert relay.is_relay and not relay.read_only and not relay.replicating and relay.binlog_state is None
+    assert CandidateFacts.from_answers(3, None, None, "1", "").replicating
+    assert CandidateFacts.from_answers(3, None, None, "1", "").binlog_state == parse_binlog_state("")
+
+
+def test_a_primary_with_the_relays_server_id_is_never_followed():
+    check_server_id(1, 1001)
+    with pytest.raises(CandidateUnusable, match="the same as the relay's own server_id"):
+        check_server_id(1001, 1001)
+
+
+def test_by_position_only_from_the_writer_of_the_stored_files_or_a_relay():
+    primary = CandidateFacts(1, False, "", False, parse_binlog_state("0-1-100"))
+    promoted = CandidateFacts(2, False, "", False, parse_binlog_state("0-1-100"))
+    assert follows_by_position(primary, 1) and follows_by_position(promoted, None)
+    assert not follows_by_position(promoted, 1)
+    assert follows_by_position(CandidateFacts(1001, True, "binlog-relay", False, None), 1)
+    assert follows_by_position(CandidateFacts(2, False, "", False, None), 1)  # no GTID state: by position
+
+
+def test_the_primarys_files_against_the_stored_ones():
+    sizes = {"mysql-bin.000001": 1000, "mysql-bin.000002": 500}
+    check_resume_file(sizes, "mysql-bin.000002", 500)
+    with pytest.raises(CandidateUnusable, match="no longer has mysql-bin.000003"):
+        check_resume_file(sizes, "mysql-bin.000003", 4)
+    with pytest.raises(CandidateUnusable, match="shorter than the 600 bytes the relay stored"):
+        check_resume_file(sizes, "mysql-bin.000002", 600)
+    assert not cut_short("mysql-bin.000001", 1000, 1000)
+    assert cut_short("mysql-bin.000001", 700, 1000)  # fetched again
+    with pytest.raises(CandidateUnusable, match="the stored copy 1200: refusing to mix"):
+        cut_short("mysql-bin.000001", 1200, 1000)

@@ -7,10 +7,11 @@ import trio
 import trio.testing
 
 from relay.httpserver import CONTENT_TYPE, HttpServer, Readiness
+from relay.ingest.connection import PrimaryConnection
+from relay.ingest.status import UpstreamStatus
 from relay.protocol.client import ClientConnection
 from relay.stats import Histogram
 from relay.storage.relaylog import RelayLog
-from relay.upstream import UpstreamStatus, _Connection
 
 
 async def _get(port: int, path: str) -> tuple[str, str, str]:
@@ -80,7 +81,7 @@ async def test_unread_bytes_counts_what_waits_in_the_receive_queue():
         while not accepted:
             await trio.testing.wait_all_tasks_blocked()
         primary_side = accepted[0]
-        conn = _Connection(relay_side, ClientConnection("repl", "x"))
+        conn = PrimaryConnection(relay_side, ClientConnection("repl", "x"))
         assert conn.unread_bytes() == 0
         await primary_side.send_all(b"x" * 100_000)
         with trio.fail_after(10):

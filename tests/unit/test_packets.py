@@ -13,9 +13,11 @@ from relay.protocol.packets import (
     build_err,
     build_ok,
     frame,
+    frame_events,
     lenenc_int,
     parse_err,
     parse_ok,
+    read_lenenc_count,
     read_lenenc_int,
 )
 
@@ -79,6 +81,27 @@ def test_ok_and_err_roundtrip():
 def test_truncated_lenenc_is_a_protocol_error():
     with pytest.raises(ProtocolError):
         read_lenenc_int(b"\xfc\x01", 0)
+
+
+def test_a_count_is_read_by_the_same_reader_with_the_callers_error():
+    # the binlog and row decoders read lenenc counts with it, raising their own kind
+    assert read_lenenc_count(b"\x00\xfd\x01\x02\x03", 1) == (0x030201, 5)
+    for bad in (b"\xfb", b"\xff", b"\xfe\x01", b""):
+        with pytest.raises(KeyError):
+            read_lenenc_count(bad, 0, KeyError)
+    with pytest.raises(ProtocolError):
+        read_lenenc_count(b"\xfb", 0)
+
+
+def test_frame_events_matches_frame_of_each_dump_packet():
+    events = [b"\x01" * 10, memoryview(b"\x02" * 300), b"\x03" * (MAX_CHUNK - 1), b"\x04" * MAX_CHUNK]
+    parts: list = []
+    assert frame_events(events, 250, parts) == (250 + 1 + 1 + 2 + 2) & 0xFF
+    expected, seq = b"", 250
+    for event in events:
+        data, seq = frame(b"\x00" + bytes(event), seq)
+        expected += data
+    assert b"".join(parts) == expected
 
 
 def test_a_packet_over_the_limit_is_refused_from_its_header():

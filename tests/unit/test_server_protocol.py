@@ -10,6 +10,7 @@ from relay.protocol import auth
 from relay.protocol import events as proto_events
 from relay.protocol import server as proto
 from relay.protocol.client import NEED_DATA, AuthenticationError, ClientConnection, Connected
+from relay.protocol.codes import ER_MALFORMED_PACKET
 from relay.protocol.handshake import CLIENT_PROTOCOL_41, build_greeting
 from relay.protocol.packets import PacketReader, frame, parse_err
 from relay.protocol.resultset import ResultSet
@@ -125,6 +126,73 @@ def test_semi_sync_framing_never_asks_for_an_ack():
     assert bytes(client.read_binlog_packets()[0]) == b"\x00\xef\x00" + b"\x05" * 25
 
 
+def _dumping(semi_sync: bool = False) -> proto.ServerConnection:
+    """A server whose client asked for a dump (its reply packets start at sequence id 1)."""
+    client, server = ClientConnection("repl", "replpass"), _server()
+    _pump(client, server)
+    client.binlog_dump("f.000001", 4, 9)
+    server.receive_data(client.data_to_send())
+    server.next_event()
+    server.start_dump()
+    server.semi_sync = semi_sync
+    server.data_to_send()
+    return server
+
+
+def _packet(payload: bytes, seq: int) -> bytes:
+    """One packet made by hand (u24 length, sequence id, payload), for payloads under 16 MB."""
+    return len(payload).to_bytes(3, "little") + bytes((seq,)) + payload
+
+
+def test_semi_sync_acks_restart_the_numbering():
+    # semisync_master.cc: 00 ef 01 on the event the primary waits for, then flush_net numbers
+    # again from 1 (the replica's ACK took 0).
+    server = _dumping(semi_sync=True)
+    events = [b"\x01" * 20, b"\x02" * 21, b"\x03" * 22]
+    server.send_events(events, [False, True, False])
+    assert server.data_to_send() == (_packet(b"\x00\xef\x00" + events[0], 1) + _packet(b"\x00\xef\x01" + events[1], 2)
+                                     + _packet(b"\x00\xef\x00" + events[2], 1))
+    assert server.sequence_id == 2
+    plain = _dumping()
+    with pytest.raises(proto.ProtocolError):
+        plain.send_events(events, [True, False, False])  # only a semi-sync replica is asked for ACKs
+
+
+def test_a_block_framed_outside_moves_the_connections_sequence_id():
+    server = _dumping()
+    start = server.sequence_id
+    block = _packet(b"\x00" + b"\x07" * 30, start) + _packet(b"\x00" + b"\x08" * 31, (start + 1) & 0xFF)
+    server.send_framed(block, 2)
+    server.send_events([b"\x09" * 32])
+    assert server.data_to_send() == block + _packet(b"\x00" + b"\x09" * 32, (start + 2) & 0xFF)
+    with pytest.raises(proto.ProtocolError):  # numbered from another id than the connection's
+        server.send_framed(_packet(b"\x00" + b"\x07" * 30, (server.sequence_id + 5) & 0xFF), 1)
+
+
+def test_an_event_streamed_in_pieces_is_the_packet_send_events_makes():
+    event = bytes(range(256)) * 40
+    whole, pieces = _dumping(), _dumping()
+    whole.send_events([event, b"\x01" * 19])
+    pieces.start_event(len(event))
+    for at in range(0, len(event), 4096):
+        pieces.send_event_part(event[at : at + 4096])
+    pieces.send_events([b"\x01" * 19])
+    assert pieces.data_to_send() == whole.data_to_send()
+    pieces.start_event(100)
+    pieces.send_event_part(b"\x00" * 60)
+    with pytest.raises(proto.ProtocolError):  # no packet in the middle of an event
+        pieces.send_events([b"\x01" * 19])
+    with pytest.raises(proto.ProtocolError):  # nor more bytes than it has
+        pieces.send_event_part(b"\x00" * 41)
+    with pytest.raises(ValueError):  # one packet only: under 16 MB with its 00
+        _dumping().start_event(0xFFFFFE)
+
+
+def test_a_refusal_before_the_greeting_is_packet_0():
+    data = proto.ServerConnection.refusal_before_greeting(1040, "Too many connections", "08004")
+    assert data == _packet(b"\xff" + (1040).to_bytes(2, "little") + b"#08004Too many connections", 0)
+
+
 def test_malformed_command_gets_an_error_and_the_session_goes_on():
     client, server = ClientConnection("repl", "replpass"), _server()
     _pump(client, server)
@@ -134,7 +202,7 @@ def test_malformed_command_gets_an_error_and_the_session_goes_on():
     reader = PacketReader()
     reader.check_seq = False
     reader.feed(server.data_to_send())
-    assert parse_err(reader.next_packet()).code == proto_events.ER_MALFORMED_PACKET
+    assert parse_err(reader.next_packet()).code == ER_MALFORMED_PACKET
     client.ping()
     server.receive_data(client.data_to_send())
     assert server.next_event() == proto_events.Ping()

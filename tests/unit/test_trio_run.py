@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from relay.trio_run import run_trio
+from relay.trio_run import lone_exceptions, run_trio
 
 
 async def _raise_in_nested_nurseries(exc: BaseException) -> None:
@@ -67,3 +67,24 @@ def test_several_exceptions_stay_a_group():
         run_trio(_two_failures)
     leaves = sorted(str(exc) for exc in raised.value.exceptions)
     assert leaves == ["one", "two"]
+
+
+async def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+def test_a_retry_loop_inside_the_run_sees_a_nurserys_lone_exception_as_itself():
+    """Upstream's semi-sync nursery and a dump's ACK reader sit inside code that decides by the
+    exception's kind (retry a ConnectionError, stop on a fatal one): lone_exceptions unwraps it
+    there, inside the run, before any group reaches that code."""
+
+    async def once() -> str:
+        try:
+            with lone_exceptions():
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(_raise, ConnectionError("the primary closed the connection"))
+        except ConnectionError as exc:
+            return f"retried after: {exc}"
+        return "not raised"
+
+    assert trio.run(once) == "retried after: the primary closed the connection"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from ...errors import InputError
-from ...protocol.packets import ProtocolError, read_lenenc_int
+from ...protocol.packets import read_lenenc_count
 from .codes import type_name
 
 # dec(buf, pos) -> (value, next pos). One is built per column when a table map is parsed, with
@@ -179,13 +179,7 @@ def not_supported(col: Column) -> Decoder:
     return unsupported(col.type, "type not supported")
 
 
-def lenenc_at(buf: bytes, pos: int) -> tuple[int, int]:
-    """(value, next pos) of the protocol's length-encoded integer at pos; ValueError when
-    it is malformed or the NULL marker."""
-    try:
-        value, pos = read_lenenc_int(buf, pos)
-    except ProtocolError as bad:
-        raise ValueError(str(bad)) from None
-    if value is None:
-        raise ValueError(f"a NULL marker where a length-encoded integer belongs at {pos - 1}")
-    return value, pos
+def lenenc_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """(value, next pos) of the protocol's length-encoded integer at pos, read by the protocol's
+    one reader; ValueError when it is malformed or the NULL marker."""
+    return read_lenenc_count(buf, pos, ValueError)

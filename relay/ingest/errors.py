@@ -1,0 +1,39 @@
+"""What ingest retries after a back-off and what stops it: the kinds of relay/errors.py, decided here.
+
+The sans-IO layers report bytes that do not fit with errors of no fixed kind (``InputError``):
+what they mean depends on who reads the bytes and why.  For ingest, a packet of the primary that
+breaks the protocol (``ProtocolError``) is the peer's or the network's fault, and the next
+connection starts afresh: retried.  A dump stream the relay must not store (``StreamError``: a
+failed CRC32, events that do not continue the stored history) stops ingest: an operator must act.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import trio
+
+from ..errors import FatalError, RetryableError
+from ..protocol.packets import ProtocolError
+from ..replication.stream import StreamError
+
+
+class FatalIngestError(FatalError):
+    """Ingest cannot go on without an operator (wrong primary, corrupt data, bad position)."""
+
+
+class NoCandidate(RetryableError):
+    """No candidate primary can be followed now (unreachable or refused): tried again later."""
+
+
+RETRYABLE = (RetryableError, ProtocolError, OSError, trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError)
+# What stops ingest; Upstream raises a StreamError on as a FatalIngestError of the same message.
+FATAL = (FatalError, StreamError)
+
+
+def describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        return "timed out connecting"
+    if isinstance(exc, trio.BrokenResourceError) and isinstance(exc.__cause__, ssl.SSLError):
+        return f"TLS with the primary failed: {exc.__cause__}"
+    return str(exc) or type(exc).__name__
