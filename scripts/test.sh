@@ -6,9 +6,10 @@
 #
 # Makes sure what the tests need is installed, runs the linters, then runs pytest:
 #   1. MariaDB server and client (the integration tests start their own throw-away servers,
-#      see tests/support/mariadb.py): installed with apt-get when missing and run as root,
-#      otherwise the script says what to install and exits 1. The packaged service is not
-#      needed and is kept from starting.
+#      see tests/support/mariadb.py), and mariadb-backup (the point-in-time recovery test,
+#      tests/integration/test_pitr.py; it must be the server's version, as Debian's packages
+#      are): installed with apt-get when missing and run as root, otherwise the script says what
+#      to install and exits 1. The packaged service is not needed and is kept from starting.
 #   2. gcc and Python's C headers, for the compiled inner loop (relay/binlog/_scan.c), which
 #      the tests require (without them the relay itself runs, slower): apt-get as for MariaDB.
 #   3. The project and its test extra: pip install -e '.[test]'.
@@ -22,6 +23,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh
 
 install_mariadb
+install_debian "MariaDB backup" mariadb-backup mariadb-backup  # tests/integration/test_pitr.py
 install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
 install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline tests
 install_debian zstd zstd zstd  # the archive's objects must decompress with the plain zstd tool

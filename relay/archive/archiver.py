@@ -34,7 +34,7 @@ from .store import ObjectStore, StoreConfig, open_store
 log = logging.getLogger(__name__)
 
 CATALOG = "archive.json"
-CHECK_SECONDS = 2.0
+CHECK_SECONDS = 0.5  # how often the closed files are looked at: a file waits about this long
 MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
 
 

@@ -291,7 +291,9 @@ class LocalMariaDB:
     """One throw-away mariadbd in ``base_dir`` (my.cnf, data/, error.log, tmp/).
 
     The data directory is created on the first start() and kept across stop()/start(),
-    kill()/start() and restart(), so a restarted server has its data and binlogs.
+    kill()/start() and restart(), so a restarted server has its data and binlogs.  One put in
+    place before the first start() (a restored backup: ``mariadb-backup --copy-back
+    --datadir=<datadir>``) is started as it is.
     """
 
     def __init__(

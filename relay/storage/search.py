@@ -2,9 +2,9 @@
 index of the stored history (history.py) instead of a walk of every file.
 
 By time: the last transaction committed at or before a moment, i.e. the one before the first
-transaction (in binlog order) whose commit event's header time is later: what replaying up to the
-moment replays (``mariadb-binlog --stop-datetime`` stops at the first event at or after its
-argument).  Its end is where to stop a replay, and the GTID position there what `START SLAVE UNTIL
+transaction (in binlog order) whose commit event's header time is later.  (``mariadb-binlog
+--stop-datetime=T`` stops at the first event stamped T or later: it replays what this answers for
+T minus one second.)  Its end is where to stop a replay, and the GTID position there what `START SLAVE UNTIL
 master_gtid_pos` takes.  By GTID: the files (and the transaction) holding MariaDB GTIDs, or the
 files holding part of a MySQL GTID set.  Files that cannot hold the answer are passed by the
 summary on the last line of their index; the one that may is walked a span at most.

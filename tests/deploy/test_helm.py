@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import re
@@ -49,6 +50,8 @@ UID = 10001
 CHART_MANAGED = {
     "data_dir", "users", "upstream.password", "upstream.password_file",
     "upstream.ssl.ca", "upstream.ssl.cert", "upstream.ssl.key", "listen.ssl.cert", "listen.ssl.key",
+    "archive.access_key_id_file", "archive.secret_access_key_file", "archive.encryption_key_file",
+    "archive.old_encryption_key_files",
 }
 
 # ------------------------------------------------------------------ value sets
@@ -64,6 +67,23 @@ EXISTING_SECRET = {  # what a user of auth.existingSecret would create (keys as 
                       "  - name: analytics\n    password: also-secret\n",
     },
 }
+
+
+
+def _kek(seed: str) -> str:
+    """A key-encryption key as a Secret holds it: 64 hex digits (openssl rand -hex 32), newline-ended."""
+    return hashlib.sha256(seed.encode()).hexdigest() + "\n"
+
+
+ARCHIVE_SECRETS = [  # what a user of archive.credentialsSecret / encryptionKeySecret would create
+    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "archive-credentials", "namespace": NAMESPACE},
+     "type": "Opaque", "stringData": {"AWS_ACCESS_KEY_ID": "AKIAARCHIVEKEYID0001",
+                                      "AWS_SECRET_ACCESS_KEY": "archive/secret+access/key-from-the-secret"}},
+    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "archive-keys", "namespace": NAMESPACE},
+     "type": "Opaque", "stringData": {"current": _kek("current"), "2024": _kek("2024")}},
+    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "archive-old-key", "namespace": NAMESPACE},
+     "type": "Opaque", "stringData": {"key": _kek("older")}},
+]
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     # The chart's defaults plus the one value without a default.
@@ -129,6 +149,24 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "podDisruptionBudget": {"enabled": False},
         "terminationGracePeriodSeconds": 30,
     },
+    # The archive on an S3-compatible store, credentials and keys (current and two old ones, one
+    # from the current key's Secret) from existing Secrets, its alerts with one bound changed.
+    "archive": {
+        "config": {
+            "upstream": {"host": "primary"},
+            "archive": {"url": "s3://relay-archive/prod/relay", "endpoint_url": "http://minio.storage.svc:9000",
+                        "region": "eu-west-1", "compression_level": 6,
+                        "retention": {"max_age": "90d", "max_files": 5000}},
+        },
+        "archive": {
+            "credentialsSecret": {"name": "archive-credentials", "accessKeyIdKey": "AWS_ACCESS_KEY_ID",
+                                  "secretAccessKeyKey": "AWS_SECRET_ACCESS_KEY"},
+            "encryptionKeySecret": {"name": "archive-keys", "key": "current"},
+            "oldEncryptionKeySecrets": [{"name": "archive-keys", "key": "2024"},
+                                        {"name": "archive-old-key", "key": "key"}],
+        },
+        "prometheusRule": {"enabled": True, "archive": {"lagFiles": 25, "storeDownFor": "5m"}},
+    },
 }
 
 
@@ -177,10 +215,12 @@ class Rendered:
         return found[0]
 
     def secrets(self) -> dict[str, dict[str, str]]:
-        """Secret name -> decoded data: the rendered ones and, for existingSecret, the user's."""
+        """Secret name -> decoded data: the rendered ones and the user's (existingSecret, the archive's)."""
         docs = self.all("Secret")
         if self.values.get("auth", {}).get("existingSecret"):
             docs = docs + [EXISTING_SECRET]
+        if self.values.get("archive"):
+            docs = docs + ARCHIVE_SECRETS
         result = {}
         for doc in docs:
             data = {k: base64.b64decode(v).decode() for k, v in (doc.get("data") or {}).items()}
@@ -195,6 +235,24 @@ class Rendered:
     @property
     def pod_spec(self) -> dict[str, Any]:
         return self.statefulset["spec"]["template"]["spec"]
+
+    @property
+    def auth_secret(self) -> str:
+        return self.values.get("auth", {}).get("existingSecret") or FULLNAME
+
+    def archive_files(self) -> dict[str, str]:
+        """File name -> content of the archive's Secrets volume as the kubelet fills it ({}: none)."""
+        volume = next((v for v in self.pod_spec["volumes"] if v["name"] == "archive-secrets"), None)
+        if volume is None:
+            return {}
+        secrets, files = self.secrets(), {}
+        for source in volume["projected"]["sources"]:
+            ref = source["secret"]
+            assert not ref.get("optional"), "a missing archive Secret must keep the pod from starting"
+            for item in ref["items"]:
+                assert item["path"] not in files, item
+                files[item["path"]] = secrets[ref["name"]][item["key"]]
+        return files
 
     def container(self, name: str) -> dict[str, Any]:
         spec = self.pod_spec
@@ -345,7 +403,10 @@ def test_nothing_secret_outside_secrets(rendered: Rendered) -> None:
     assert "password" not in config["upstream"] and "password_file" not in config["upstream"]
     not_secrets = "\n".join(yaml.safe_dump(doc) for doc in rendered.docs if doc["kind"] != "Secret")
     credentials = []
-    for data in rendered.secrets().values():
+    for name, data in rendered.secrets().items():
+        if name != rendered.auth_secret:  # the archive's: access key, secret key, encryption keys
+            credentials.extend(value.strip() for value in data.values())
+            continue
         credentials.append(data["upstream-password"])
         for user in yaml.safe_load(data["users.yaml"])["users"]:
             credentials.append(expected_password(data, user) or user["password_hash"])
@@ -356,6 +417,13 @@ def test_nothing_secret_outside_secrets(rendered: Rendered) -> None:
         assert all("password" not in user for user in users), users
     for credential in filter(None, credentials):
         assert credential not in not_secrets, "a credential outside the Secret"
+    # The archive's configuration names files only, in the archive's Secrets volume.
+    archive = config.get("archive") or {}
+    paths = [archive.get(key) for key in ("access_key_id_file", "secret_access_key_file", "encryption_key_file")]
+    for path in filter(None, paths + list(archive.get("old_encryption_key_files") or [])):
+        assert os.path.dirname(path) == ARCHIVE_DIR, path
+    assert set(rendered.archive_files()) == {os.path.basename(path) for path in filter(None, paths + list(
+        archive.get("old_encryption_key_files") or []))}
 
 
 def test_service_monitor(rendered: Rendered) -> None:
@@ -387,12 +455,19 @@ def test_prometheus_rule(rendered: Rendered) -> None:
     assert doc["apiVersion"] == "monitoring.coreos.com/v1"
     (group,) = doc["spec"]["groups"]
     rules = {rule["alert"]: rule for rule in group["rules"]}
+    archive_on = bool(rendered.values["config"].get("archive", {}).get("url"))
     assert set(rules) == {"BinlogRelayDown", "BinlogRelayUpstreamDown", "BinlogRelayLagHigh",
-                          "BinlogRelayDiskNearlyFull"}
+                          "BinlogRelayDiskNearlyFull"} | (ARCHIVE_ALERTS if archive_on else set())
     job = f'job="{FULLNAME}-metrics"'
+    archive = {**ARCHIVE_ALERT_DEFAULTS, **options.get("archive", {})}
+    archive_for = {"BinlogRelayArchiveLagging": archive["lagFor"],
+                   "BinlogRelayArchiveStoreDown": archive["storeDownFor"]}
     for name, rule in rules.items():
-        assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}, name
-        assert rule["for"] == options.get("for", "5m")
+        if name == "BinlogRelayArchiveDamagedReads":  # fires at once: the window is in the expression
+            assert set(rule) == {"alert", "expr", "labels", "annotations"}, name
+        else:
+            assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}, name
+            assert rule["for"] == archive_for.get(name, options.get("for", "5m")), name
         assert rule["labels"]["severity"] == "warning"
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
         expr = rule["expr"]
@@ -402,13 +477,14 @@ def test_prometheus_rule(rendered: Rendered) -> None:
     assert rules["BinlogRelayUpstreamDown"]["expr"] == (
         f'binlog_relay_upstream_connected{{namespace="{NAMESPACE}", {job}}} == 0')
     assert rules["BinlogRelayLagHigh"]["expr"] == (
-        f'binlog_relay_upstream_lag_seconds{{namespace="{NAMESPACE}", {job}}} > {options["lagThresholdSeconds"]}')
+        f'binlog_relay_upstream_lag_seconds{{namespace="{NAMESPACE}", {job}}} '
+        f'> {options.get("lagThresholdSeconds", 300)}')
     disk = " ".join(rules["BinlogRelayDiskNearlyFull"]["expr"].split())
     match = re.fullmatch(
         r"kubelet_volume_stats_available_bytes\{(.+?)\} / "
         r"kubelet_volume_stats_capacity_bytes\{(.+?)\} < ([0-9.]+)", disk)
     assert match and match.group(1) == match.group(2), disk
-    assert float(match.group(3)) == options["diskFreeRatio"]
+    assert float(match.group(3)) == options.get("diskFreeRatio", 0.10)
     # The regex names exactly the PVCs of the StatefulSet's pods: <claim>-<statefulset>-<ordinal>.
     pvc_regex = re.search(r'persistentvolumeclaim=~"([^"]+)"', match.group(1)).group(1)
     claim = rendered.statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"]
@@ -417,12 +493,99 @@ def test_prometheus_rule(rendered: Rendered) -> None:
     assert not re.fullmatch(pvc_regex, f"{claim}-{FULLNAME}-other-0")
     # Alertmanager templates survive Helm's own templating.
     assert "{{ $labels.pod }}" in rules["BinlogRelayUpstreamDown"]["annotations"]["summary"]
+    if archive_on:
+        assert rules["BinlogRelayArchiveLagging"]["expr"] == (
+            f'binlog_relay_archive_lag_files{{namespace="{NAMESPACE}", {job}}} > {archive["lagFiles"]}')
+        assert rules["BinlogRelayArchiveStoreDown"]["expr"] == (
+            f'binlog_relay_archive_store_up{{namespace="{NAMESPACE}", {job}}} == 0')
+        assert rules["BinlogRelayArchiveDamagedReads"]["expr"] == (
+            f'increase(binlog_relay_archive_damaged_reads_total{{namespace="{NAMESPACE}", {job}}}'
+            f'[{archive["damagedReadsWindow"]}]) > 0')
+        assert "{{ $labels.pod }}" in rules["BinlogRelayArchiveStoreDown"]["annotations"]["summary"]
+
+
+ARCHIVE_ALERTS = {"BinlogRelayArchiveLagging", "BinlogRelayArchiveStoreDown", "BinlogRelayArchiveDamagedReads"}
+ARCHIVE_ALERT_DEFAULTS = {"lagFiles": 10, "lagFor": "15m", "storeDownFor": "10m", "damagedReadsWindow": "15m"}
+
+
+def rule_groups(rendered: Rendered) -> list[dict[str, Any]]:
+    """The PrometheusRule's groups: what Prometheus loads from a rule file."""
+    (doc,) = rendered.all("PrometheusRule")
+    groups: list[dict[str, Any]] = doc["spec"]["groups"]
+    return groups
+
+
+def test_prometheus_rule_passes_promtool(rendered: Rendered, tmp_path: Path) -> None:
+    """Every rule (expression, duration, annotation templates) as Prometheus would load it."""
+    if not rendered.values.get("prometheusRule", {}).get("enabled"):
+        return
+    from tests.support.metrics import promtool_path
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule_groups(rendered)}))
+    checked = run([promtool_path(), "check", "rules", str(rules_file)])
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_archive_alerts_fire_as_documented(helm: str, tmp_path: Path,
+                                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`promtool test rules` on the archive's alerts: lag past lagFiles for lagFor, the store down
+    for storeDownFor, and any damaged read within damagedReadsWindow (at once, and over after it)."""
+    from tests.support.metrics import promtool_path
+
+    values = VALUE_SETS["archive"]
+    result = helm_template(helm, values_file(tmp_path_factory, values))
+    assert result.returncode == 0, result.stderr
+    groups = rule_groups(Rendered("archive", values, result.stdout))
+    for group in groups:  # promtool compares annotations too: the templates are checked above
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    bound = values["prometheusRule"]["archive"]["lagFiles"]
+    assert bound > ARCHIVE_ALERT_DEFAULTS["lagFiles"]
+
+    def series(name: str, pod: int) -> str:
+        return f'{name}{{namespace="{NAMESPACE}", job="{FULLNAME}-metrics", pod="{FULLNAME}-{pod}"}}'
+
+    def firing(pod: int) -> list[dict[str, Any]]:
+        return [{"exp_labels": {"severity": "warning", "namespace": NAMESPACE, "job": f"{FULLNAME}-metrics",
+                                "pod": f"{FULLNAME}-{pod}"}}]
+
+    tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            # pod 0: past the bound from minute 1; pod 1: above the default bound, below the chart's value
+            {"series": series("binlog_relay_archive_lag_files", 0), "values": f"0 {bound + 5}x30"},
+            {"series": series("binlog_relay_archive_lag_files", 1), "values": f"{bound - 5}x30"},
+            # pod 0: the store down from minute 1 (storeDownFor: 5m); pod 1: up
+            {"series": series("binlog_relay_archive_store_up", 0), "values": "1 0x20"},
+            {"series": series("binlog_relay_archive_store_up", 1), "values": "1x20"},
+            # pod 1: one damaged read at minute 6
+            {"series": series("binlog_relay_archive_damaged_reads_total", 0), "values": "0x40"},
+            {"series": series("binlog_relay_archive_damaged_reads_total", 1), "values": "0x5 1x35"},
+        ],
+        "alert_rule_test": [
+            {"eval_time": "10m", "alertname": "BinlogRelayArchiveLagging", "exp_alerts": []},
+            {"eval_time": "17m", "alertname": "BinlogRelayArchiveLagging", "exp_alerts": firing(0)},
+            {"eval_time": "4m", "alertname": "BinlogRelayArchiveStoreDown", "exp_alerts": []},
+            {"eval_time": "7m", "alertname": "BinlogRelayArchiveStoreDown", "exp_alerts": firing(0)},
+            {"eval_time": "5m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": []},
+            {"eval_time": "6m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": firing(1)},
+            {"eval_time": "20m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": firing(1)},
+            {"eval_time": "22m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": []},
+        ],
+    }]}
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    checked = run([promtool_path(), "test", "rules", str(tmp_path / "tests.yaml")], cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 # ------------------------------------------------------------------ what the pod really reads
 
 
 SECRET_DIR = "/etc/binlog-relay/secret"  # where both containers mount the credentials Secret
+ARCHIVE_DIR = "/etc/binlog-relay/archive"  # where both containers mount the archive's Secrets
+CONFIG_DIR = "/etc/binlog-relay/config"  # where the init container mounts the ConfigMap
 
 
 def expected_password(secret: dict[str, str], user: dict[str, Any]) -> str | None:
@@ -468,6 +631,10 @@ def mount_volumes(rendered: Rendered, container: dict[str, Any], root: Path) -> 
         volume = volumes[mount["name"]]
         if "configMap" in volume:
             data, items, optional = configmaps[volume["configMap"]["name"]], volume["configMap"].get("items"), False
+        elif "projected" in volume:  # the archive's Secrets
+            for path, content in rendered.archive_files().items():
+                (target / path).write_text(content)
+            continue
         elif "secret" in volume:
             name = volume["secret"]["secretName"]
             # TLS Secrets are the user's; stand-ins with the keys the chart asks for.
@@ -510,6 +677,10 @@ def run_init_container(rendered: Rendered, ordinal: int, tmp_path: Path) -> tupl
     # The users file's password_file paths lead into the Secret's mount, here a directory of the test.
     for path in mounts[SECRET_DIR].iterdir():
         path.write_text(path.read_text().replace(SECRET_DIR, str(mounts[SECRET_DIR])))
+    # So do the archive's *_file paths in the ConfigMap.
+    if ARCHIVE_DIR in mounts:
+        config_file = mounts[CONFIG_DIR] / "config.yaml"
+        config_file.write_text(config_file.read_text().replace(ARCHIVE_DIR, str(mounts[ARCHIVE_DIR])))
     shell, flag, script = init["command"]
     assert (shell, flag) == ("/bin/sh", "-c")
     env = {"PATH": f"{relay_shim(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
@@ -584,12 +755,57 @@ def test_pod_config_passes_the_relays_check(rendered: Rendered, tmp_path: Path) 
         # extraEnv overrides reach the relay.
         for var in rendered.values.get("extraEnv", []):
             assert env[var["name"]] == var["value"]
+        check_archive(rendered, config, init_mounts)
+
+
+def check_archive(rendered: Rendered, config: Any, init_mounts: dict[str, Path]) -> None:
+    """The archive's settings arrive unchanged, and its files hold what the user's Secrets hold,
+    mounted in the relay container too, and the relay takes them (credentials and keys)."""
+    from relay.app import archive_settings
+
+    values = rendered.values["config"].get("archive", {})
+    archive = config.archive
+    assert (archive.url, archive.endpoint_url, archive.region) == (
+        values.get("url"), values.get("endpoint_url"), values.get("region"))
+    assert archive.compression_level == values.get("compression_level", 3)
+    retention = values.get("retention", {})
+    assert archive.retention.max_age == (90 * 86400 if retention.get("max_age") else None)
+    assert archive.retention.max_files == retention.get("max_files")
+    secrets = rendered.secrets()
+    options = rendered.values.get("archive", {})
+    if not options:
+        assert archive.access_key_id_file is archive.secret_access_key_file is archive.encryption_key_file is None
+        assert archive.old_encryption_key_files == ()
+        assert ARCHIVE_DIR not in init_mounts
+        return
+    relay_mounts = {m["mountPath"]: m["name"] for m in rendered.container("relay")["volumeMounts"]}
+    assert relay_mounts[ARCHIVE_DIR] == "archive-secrets"
+    credentials, current = options["credentialsSecret"], options["encryptionKeySecret"]
+    expected = [
+        (archive.access_key_id_file, secrets[credentials["name"]][credentials["accessKeyIdKey"]]),
+        (archive.secret_access_key_file, secrets[credentials["name"]][credentials["secretAccessKeyKey"]]),
+        (archive.encryption_key_file, secrets[current["name"]][current["key"]]),
+    ]
+    assert len(archive.old_encryption_key_files) == len(options["oldEncryptionKeySecrets"])
+    for path, old in zip(archive.old_encryption_key_files, options["oldEncryptionKeySecrets"]):
+        expected.append((path, secrets[old["name"]][old["key"]]))
+    for path, content in expected:
+        assert path is not None and Path(path).parent == init_mounts[ARCHIVE_DIR], path
+        assert Path(path).read_text() == content, path
+    settings = archive_settings(config)
+    assert settings is not None and len(settings.keks) == 1 + len(options["oldEncryptionKeySecrets"])
+    assert settings.store.access_key_id_file == Path(archive.access_key_id_file)
 
 
 def test_rendered_config_parses_in_process(rendered: Rendered, tmp_path: Path) -> None:
     """The same without the shell: ConfigMap + users + the pod's overrides through parse_config."""
-    configmap = yaml.safe_load(rendered.one("ConfigMap", FULLNAME)["data"]["config.yaml"])
-    secret = rendered.secrets()[rendered.values.get("auth", {}).get("existingSecret") or FULLNAME]
+    archive_dir = tmp_path / "archive"  # the archive's Secrets as mounted
+    archive_dir.mkdir()
+    for name, content in rendered.archive_files().items():
+        (archive_dir / name).write_text(content)
+    configmap = yaml.safe_load(rendered.one("ConfigMap", FULLNAME)["data"]["config.yaml"]
+                               .replace(ARCHIVE_DIR, str(archive_dir)))
+    secret = rendered.secrets()[rendered.auth_secret]
     for key, value in secret.items():  # the Secret as mounted, for the users' password_file
         (tmp_path / key).write_text(value)
     secret = {**secret, "users.yaml": secret["users.yaml"].replace(SECRET_DIR, str(tmp_path))}
@@ -608,6 +824,7 @@ def test_rendered_config_parses_in_process(rendered: Rendered, tmp_path: Path) -
         assert config.storage.retention.max_size is None
     assert config.storage.retention.replica_grace == (7200 if "replica_grace" in retention else 3600)
     assert config.upstream.semi_sync == rendered.values["config"]["upstream"].get("semi_sync", False)
+    check_archive(rendered, config, {ARCHIVE_DIR: archive_dir} if rendered.archive_files() else {})
 
 
 # ------------------------------------------------------------------ values.schema.json vs the relay
@@ -666,6 +883,23 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"config": {"metrics": {"enabled": False}}}, "metrics.enabled must stay true"),
     ({"config": {"listen": {"port": 0}}}, "listen.port must not be 0"),
     ({"config": {"upstream": {"hosts": [{"host": "db-1"}]}}}, "give host (one primary) or hosts"),
+    ({"config": {"archive": {"url": "https://bucket/prefix"}}}, "/config/archive/url"),
+    ({"config": {"archive": {"url": "s3://"}}}, "/config/archive/url"),
+    ({"config": {"archive": {"endpoint_url": "minio:9000"}}}, "/config/archive/endpoint_url"),
+    ({"config": {"archive": {"compression_level": 0}}}, "/config/archive/compression_level"),
+    ({"config": {"archive": {"compression_level": 20}}}, "/config/archive/compression_level"),
+    ({"config": {"archive": {"retention": {"max_files": 0}}}}, "/config/archive/retention/max_files"),
+    ({"config": {"archive": {"retention": {"max_age": "soon"}}}}, "/config/archive/retention/max_age"),
+    ({"config": {"archive": {"url": "s3://b", "access_key_id_file": "/k"}}}, "access_key_id_file"),
+    ({"config": {"archive": {"url": "s3://b", "old_encryption_key_files": ["/k"]}}}, "old_encryption_key_files"),
+    ({"archive": {"credentialsSecret": {"name": "s3"}}}, "set config.archive.url"),
+    ({"archive": {"encryptionKeySecret": {"name": "keys"}}}, "set config.archive.url"),
+    ({"config": {"archive": {"url": "s3://b"}}, "archive": {"oldEncryptionKeySecrets": [{"name": "k"}]}},
+     "/archive/oldEncryptionKeySecrets/0"),
+    ({"config": {"archive": {"url": "s3://b"}}, "archive": {"credentialsSecret": {"name": "s3", "accessKeyIdKey": ""}}},
+     "/archive/credentialsSecret/accessKeyIdKey"),
+    ({"prometheusRule": {"archive": {"lagFiles": 0}}}, "/prometheusRule/archive/lagFiles"),
+    ({"prometheusRule": {"archive": {"storeDownFor": "ten minutes"}}}, "/prometheusRule/archive/storeDownFor"),
 ])
 def test_chart_refuses(helm: str, tmp_path_factory: pytest.TempPathFactory, values: dict[str, Any],
                        message: str) -> None:
@@ -680,9 +914,20 @@ def test_chart_refuses(helm: str, tmp_path_factory: pytest.TempPathFactory, valu
 # ------------------------------------------------------------------ the relay's metric names
 
 
-def test_alerted_metrics_exist_in_the_relay() -> None:
+def test_alerted_metrics_exist_in_the_relay(helm: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every relay metric the PrometheusRule names (the archive's alerts included) is one the relay
+    exports (relay.metrics.metrics_reference(), the README's table)."""
     from relay.metrics import metrics_reference
 
-    exported = metrics_reference()
-    for name in ("binlog_relay_upstream_connected", "binlog_relay_upstream_lag_seconds"):
-        assert f"`{name}`" in exported, f"the PrometheusRule alerts on {name}, which the relay does not export"
+    exported = set(re.findall(r"`(binlog_relay_[a-z0-9_]+)`", metrics_reference()))
+    values = VALUE_SETS["archive"]
+    result = helm_template(helm, values_file(tmp_path_factory, values))
+    assert result.returncode == 0, result.stderr
+    named = set()
+    for group in rule_groups(Rendered("archive", values, result.stdout)):
+        for rule in group["rules"]:
+            named.update(re.findall(r"\b(binlog_relay_[a-z0-9_]+)\b", rule["expr"]))
+    assert {"binlog_relay_upstream_connected", "binlog_relay_upstream_lag_seconds", "binlog_relay_archive_lag_files",
+            "binlog_relay_archive_store_up", "binlog_relay_archive_damaged_reads_total"} <= named
+    missing = named - exported
+    assert not missing, f"the PrometheusRule alerts on metrics the relay does not export: {sorted(missing)}"

@@ -38,10 +38,12 @@ LONG = SCALE == "long"
 
 # How many faults of each class one run injects (RELIABILITY.md has the figures of both runs).
 KILL9_CYCLES = 200 if LONG else 20
-POWER_CUTS = 200 if LONG else 20  # per storage.sync policy
+POWER_CUTS = 200 if LONG else 20  # with storage.sync: commit
+POWER_CUTS_WEAKER = 200 if LONG else 8  # with sync: interval and none, each (what they lose is measured)
 PROXY_FAULTS_EACH = 100 if LONG else 20  # per kind and leg
 HOSTILE_CASES = 100_000 if LONG else 5_000
-POWER_CUTS = 200 if LONG else 20  # per storage.sync policy
+ARCHIVE_KILLS = 200 if LONG else 20  # kill -9 while the archiver uploads
+STORE_DOWN_SECONDS = 180 if LONG else 15  # the archive's object store unreachable while ingest goes on
 
 
 

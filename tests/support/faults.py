@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from relay.sandbox.compare import copy_differences
 from relay.sandbox.errors import ReplicationStopped
 from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess, http_get
 from relay.sandbox.replication import is_stopped, replica_summary, wait_binlog_settled
+from relay.storage.index import read_index
 
 from .mariadb import MariaDB
 from .metrics import Scrape
@@ -162,6 +164,28 @@ def converged(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], co
         if commits is not None:
             assert_exactly_once(primary, replica, commits)
     return recovered
+
+
+def converged_after_purges(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], commits: int,
+                           timeout: float = 120.0) -> Recovery:
+    """converged() for a relay whose retention purged its oldest files: the files it keeps are the
+    primary's files of those names, its newest the primary's newest; every replica holds every
+    transaction exactly once."""
+    started = time.monotonic()
+    wait_binlog_settled(primary, timeout)
+
+    def mirrored() -> bool:
+        relay.check_alive()
+        names = read_index(relay.data_dir)
+        return bool(names) and names[-1] == primary.binlog_files()[-1][0] and not copy_differences(
+            [primary.binlog_path(name) for name in names], relay.data_dir)
+
+    wait_for(mirrored, timeout, "the relay's files did not become the primary's")
+    mirror = time.monotonic() - started
+    for replica in replicas:
+        wait_replica_gtid(primary, replica, timeout)
+        assert_exactly_once(primary, replica, commits)
+    return Recovery(mirror, time.monotonic() - started)
 
 
 def stored_bytes(relay: RelayProcess) -> int:

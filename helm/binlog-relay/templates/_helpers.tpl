@@ -64,6 +64,7 @@ The Secret with the upstream password and the users file: chart-created or auth.
 {{- define "binlog-relay.runDir" -}}/run/binlog-relay{{- end }}
 {{- define "binlog-relay.listenTLSDir" -}}/etc/binlog-relay/tls/listen{{- end }}
 {{- define "binlog-relay.upstreamTLSDir" -}}/etc/binlog-relay/tls/upstream{{- end }}
+{{- define "binlog-relay.archiveDir" -}}/etc/binlog-relay/archive{{- end }}
 
 {{- define "binlog-relay.listenPort" -}}
 {{- dig "listen" "port" 3306 .Values.config | int }}
@@ -125,6 +126,32 @@ Checks that values.schema.json cannot express; each fails the render with a mess
 {{- if and (dig "listen" "ssl" "require" false $c) (not .Values.tls.listen.secretName) }}
 {{- fail "config.listen.ssl.require needs a certificate: set tls.listen.secretName" }}
 {{- end }}
+{{- if and (include "binlog-relay.archiveSecrets" .) (not (dig "archive" "url" nil $c)) }}
+{{- fail "archive.credentialsSecret, archive.encryptionKeySecret and archive.oldEncryptionKeySecrets are for the archive: set config.archive.url (or leave them empty)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The archive's Secrets as the items of one projected volume (mounted at archiveDir), as YAML
+[{name, key, path}]; empty when there are none. The files are named by their role, so the
+configuration's paths do not depend on the Secrets' key names.
+*/}}
+{{- define "binlog-relay.archiveSecrets" -}}
+{{- $a := .Values.archive }}
+{{- $items := list }}
+{{- with $a.credentialsSecret.name }}
+{{- $items = append $items (dict "name" . "key" $a.credentialsSecret.accessKeyIdKey "path" "access-key-id" "option" "access_key_id_file") }}
+{{- $items = append $items (dict "name" . "key" $a.credentialsSecret.secretAccessKeyKey "path" "secret-access-key" "option" "secret_access_key_file") }}
+{{- end }}
+{{- with $a.encryptionKeySecret.name }}
+{{- $items = append $items (dict "name" . "key" $a.encryptionKeySecret.key "path" "encryption.key" "option" "encryption_key_file") }}
+{{- end }}
+{{- range $i, $old := $a.oldEncryptionKeySecrets }}
+{{- $items = append $items (dict "name" $old.name "key" $old.key "path" (printf "old-encryption-%d.key" $i) "option" "old_encryption_key_files") }}
+{{- end }}
+{{- if $items }}
+{{- toYaml $items }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -156,6 +183,22 @@ manages (data_dir, TLS file paths). The init container prepends server_id and ap
 {{- end }}
 {{- $_ := set $upstream "ssl" $ssl }}
 {{- $_ := set $c "upstream" $upstream }}
+{{- end }}
+{{- with include "binlog-relay.archiveSecrets" . }}
+{{- $archive := default dict $c.archive }}
+{{- $old := list }}
+{{- range $item := fromYamlArray . }}
+{{- $path := printf "%s/%s" (include "binlog-relay.archiveDir" $) $item.path }}
+{{- if eq $item.option "old_encryption_key_files" }}
+{{- $old = append $old $path }}
+{{- else }}
+{{- $_ := set $archive $item.option $path }}
+{{- end }}
+{{- end }}
+{{- if $old }}
+{{- $_ := set $archive "old_encryption_key_files" $old }}
+{{- end }}
+{{- $_ := set $c "archive" $archive }}
 {{- end }}
 {{- toYaml $c }}
 {{- end }}
@@ -209,6 +252,18 @@ TLS Secrets, mounted where the ConfigMap's listen.ssl / upstream.ssl paths point
 {{- if .Values.tls.upstream.secretName }}
 - name: tls-upstream
   mountPath: {{ include "binlog-relay.upstreamTLSDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The archive's Secrets (credentials, encryption keys), mounted where the ConfigMap's archive.*_file
+paths point: in both containers, as check-config reads them too.
+*/}}
+{{- define "binlog-relay.archiveMount" -}}
+{{- if include "binlog-relay.archiveSecrets" . }}
+- name: archive-secrets
+  mountPath: {{ include "binlog-relay.archiveDir" . }}
   readOnly: true
 {{- end }}
 {{- end }}

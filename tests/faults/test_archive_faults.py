@@ -1,0 +1,142 @@
+"""The archive under faults (RELIABILITY.md): kill -9 of the relay while it uploads, and the object
+store unreachable for a while (minutes in the long run) while ingest goes on.  A real primary under
+write load, a real replica of the relay, and a real S3 API server (moto behind a proxy the test
+takes down, tests/support/s3.py).
+
+Expected: every object the archive lists (a meta document) decodes to the primary's file, byte for
+byte; no upload left half-done (an object without its meta is redone, a multipart upload aborted);
+no local file purged before it was archived; the backlog uploaded once the store answers; ingest
+and the replica never wait for the archive; nothing lost."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+from relay.archive.objects import META_SUFFIX, OBJECT_DIR, ArchivedFileReader, list_archive
+from relay.archive.store import ObjectStore, open_store
+from relay.sandbox.polling import wait_for
+from relay.sandbox.replication import FIRST_FILE, attach_replica
+from relay.storage.index import read_index
+from tests.faults.conftest import ARCHIVE_KILLS, STORE_DOWN_SECONDS
+from tests.integration.test_archive import archive_config
+from tests.support.faults import SequenceLoad, converged_after_purges, metric
+from tests.support.s3 import S3Server
+
+RETENTION = {"max_size": "2M", "min_files": 2, "replica_grace": 0}
+
+
+def _direct_store(s3: S3Server) -> ObjectStore:
+    """The test's own view of the bucket: straight to moto, not through the proxy it takes down."""
+    return open_store(s3.store_config(prefix="relay", endpoint_url=s3.moto.endpoint))
+
+
+def _archive_matches_the_primary(primary: Any, s3: S3Server) -> int:
+    """Every archived file decodes to the primary's bytes; every object has its meta (an upload
+    cut short was redone); no multipart upload is left.  Returns how many files were checked."""
+    store = _direct_store(s3)
+    archived = list_archive(store)
+    primary_files = {name for name, _ in primary.binlog_files()}
+    for name in archived:
+        assert name in primary_files, f"{name} archived, but the primary never wrote it"
+        original = primary.binlog_path(name).read_bytes()
+        reader = ArchivedFileReader(store, name, ())
+        assert reader.read(0, reader.size) == original, f"archived {name} differs from the primary's"
+    objects = {obj.name for obj in store.list(OBJECT_DIR)}
+    orphans = [key for key in objects if not key.endswith(META_SUFFIX)
+               and key.removeprefix(OBJECT_DIR).removesuffix(".zst") not in archived]
+    assert not orphans, f"objects without their meta document: {orphans}"
+    assert not s3.incomplete_uploads(), s3.incomplete_uploads()
+    return len(archived)
+
+
+def _purged_only_once_archived(primary: Any, relay: Any, s3: S3Server) -> None:
+    archived = set(list_archive(_direct_store(s3)))
+    stored = read_index(relay.data_dir)
+    purged = {name for name, _ in primary.binlog_files() if stored and name < stored[0]}
+    assert purged <= archived, f"purged locally but not archived: {sorted(purged - archived)}"
+
+
+def test_kill9_while_uploading(mariadb_factory, fault_relay, fault_figures, s3_server):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
+    relay = fault_relay("relay", primary.port, archive=archive_config(s3_server), storage={"retention": RETENTION})
+    replica = mariadb_factory(server_id=11)
+    attach_replica(replica, relay.port, log_file=FIRST_FILE, log_pos=4)
+    rng = random.Random(20261126)
+    restarts: list[float] = []
+    uploading_kills = 0
+    with SequenceLoad(primary) as load:
+        load.wait_commits(50)
+        for _cycle in range(ARCHIVE_KILLS):
+            wait_for(lambda: (metric(relay, "binlog_relay_archive_lag_files") or 0) >= 1, 60,
+                     "no closed file waiting for the archive")
+            deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+            wait_for(lambda deadline=deadline: time.monotonic() >= deadline, 5)
+            uploading_kills += (metric(relay, "binlog_relay_archive_lag_files") or 0) >= 1
+            relay.kill9()
+            killed = time.monotonic()
+            relay.start()
+            relay.wait_listening()
+            restarts.append(time.monotonic() - killed)
+        commits = load.stop()
+    recovery = converged_after_purges(primary, relay, [replica], commits)
+    closed = len(primary.binlog_files()) - 1
+    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
+    checked = _archive_matches_the_primary(primary, s3_server)
+    assert checked == closed, f"{checked} files archived of the {closed} the primary closed"
+    _purged_only_once_archived(primary, relay, s3_server)
+    assert "Traceback" not in relay.log_text()
+    fault_figures("archive_kill9",
+                  fault="kill -9 of the relay while closed files wait for the archive or upload (0-0.4 s after one "
+                        "is waiting), under write load, a replica attached, local retention purging",
+                  injected=f"{ARCHIVE_KILLS} kills ({uploading_kills} with a file not yet archived; "
+                           f"{commits:,} transactions)",
+                  data_lost="0", diverged="0",
+                  recovery=f"kill to listening: median {statistics.median(restarts):.2f} s; every one of the "
+                           f"{checked} archived files decodes to the primary's bytes, no object without its meta, "
+                           f"no multipart upload left, no local file purged before it was archived; {recovery}",
+                  memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
+
+
+def test_store_down_while_ingest_goes_on(mariadb_factory, fault_relay, fault_figures, s3_server):
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
+    relay = fault_relay("relay", primary.port, archive=archive_config(s3_server), storage={"retention": RETENTION})
+    replica = mariadb_factory(server_id=11)
+    attach_replica(replica, relay.port, log_file=FIRST_FILE, log_pos=4)
+    with SequenceLoad(primary, rate=500) as load:
+        load.wait_commits(50)
+        wait_for(lambda: (metric(relay, "binlog_relay_archive_files") or 0) >= 1, 60, "nothing archived")
+        s3_server.proxy.refuse()
+        down_at = time.monotonic()
+        files_before = len(read_index(relay.data_dir))
+        most_lag = 0.0
+        while time.monotonic() - down_at < STORE_DOWN_SECONDS:
+            most_lag = max(most_lag, metric(relay, "binlog_relay_archive_lag_files") or 0)
+            _purged_only_once_archived(primary, relay, s3_server)
+            deadline = time.monotonic() + 1.0
+            wait_for(lambda deadline=deadline: time.monotonic() >= deadline, 5)
+        assert metric(relay, "binlog_relay_archive_store_up") == 0
+        assert metric(relay, "binlog_relay_upstream_connected") == 1, "ingest stopped while the store was down"
+        assert most_lag >= 1 and len(read_index(relay.data_dir)) > files_before, "nothing closed meanwhile"
+        backlog = {name for name, _ in primary.binlog_files()[:-1]} - set(list_archive(_direct_store(s3_server)))
+        s3_server.proxy.accept()
+        back_at = time.monotonic()
+        wait_for(lambda: backlog <= set(list_archive(_direct_store(s3_server))), 180, "the backlog was not uploaded")
+        caught_up = time.monotonic() - back_at
+        commits = load.stop()
+    recovery = converged_after_purges(primary, relay, [replica], commits)
+    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
+    checked = _archive_matches_the_primary(primary, s3_server)
+    _purged_only_once_archived(primary, relay, s3_server)
+    assert "Traceback" not in relay.log_text()
+    fault_figures("archive_store_down",
+                  fault="the archive's object store unreachable (connections refused at a proxy) while the primary "
+                        "writes about 500 transactions a second, a replica attached, local retention on",
+                  injected=f"{STORE_DOWN_SECONDS} s down ({commits:,} transactions)", data_lost="0", diverged="0",
+                  recovery=f"ingest and the replica went on; at most {most_lag:.0f} files waited, none purged "
+                           f"before it was archived; the backlog ({len(backlog)} files) archived {caught_up:.1f} s "
+                           f"after the store came back; all {checked} archived files decode to the primary's "
+                           f"bytes; {recovery}",
+                  memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
