@@ -1,7 +1,8 @@
 """The benchmark suite: every scenario in one run, written up as BENCHMARKS.md (tables with the
 ratio against MariaDB, the machine, pictures) and one JSON.
 
-    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest,memory,decode,gtidstart,search] [--out DIR]
+    python3 -m bench.suite [--scenarios latency,capacity,catchup,ingest,memory,decode,gtidstart,search,archive]
+                           [--out DIR]
                            [--reuse]
     python3 -m bench.suite --smoke --out /tmp/x     # tiny sizes, seconds: proves the code runs
 
@@ -15,6 +16,8 @@ in one run):
   decode    bench/decode.py    row decoding and the export's JSON form of a local file vs
                                python-mysql-replication streaming it over TCP (and the socket's share)
   gtidstart bench/gtidstart.py GTID replicas starting near the end of a 1 GiB file: first event, storms
+  archive   bench/archive.py   the S3 archive (moto) keeping up with ingest, zstd/AES CPU per GiB, a file only
+                               the archive holds served vs the same file local
 capacity, catchup and ingest share one sandbox primary (filled once by sysbench; ``--reuse``
 keeps it for the next run); memory and gtidstart have their own (gtidstart: one 1 GiB binlog
 file).  Pictures (matplotlib, the ``bench`` extra): throughput per client
@@ -32,10 +35,10 @@ from typing import Any
 
 from relay.sandbox.ports import free_port
 
-from . import capacity, catchup, decode, gtidstart, ingest, latency, memory, search
+from . import archive, capacity, catchup, decode, gtidstart, ingest, latency, memory, search
 from .common import REPO_ROOT, log, machine_info, run_main, sandbox_primary
 
-SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search")
+SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search", "archive")
 ASSETS = "benchmarks"  # beside BENCHMARKS.md: the pictures and the JSON
 
 
@@ -65,12 +68,15 @@ def scenario_args(args: argparse.Namespace) -> dict[str, list[str]]:
         "search": [*(["--fill", "sql", "--size-mb", "1", "--min-mb", "0.5", "--max-binlog-size", "16K", "--min-files",
                       "20", "--port", str(free_port())] if args.smoke else []), "--sandbox-dir", args.sandbox_dir,
                    *keep, *rounds, "--workdir", str(work / "search")],
+        "archive": [*(["--fill", "sql", "--size-mb", "1", "--min-mb", "0.5", "--max-binlog-size", "128K", "--port",
+                       str(free_port())] if args.smoke else []), "--sandbox-dir", args.sandbox_dir, *keep, *rounds,
+                    "--workdir", str(work / "archive")],
     }
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     modules = {"latency": latency, "capacity": capacity, "catchup": catchup, "ingest": ingest, "memory": memory,
-               "decode": decode, "gtidstart": gtidstart, "search": search}
+               "decode": decode, "gtidstart": gtidstart, "search": search, "archive": archive}
     argv = scenario_args(args)
     results: dict[str, Any] = {"machine": machine_info(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                                "smoke": args.smoke, "scenarios": {}}
@@ -301,6 +307,8 @@ def markdown(results: dict[str, Any], images: dict[str, str]) -> str:
         lines += _gtidstart_section(scenarios["gtidstart"])
     if "search" in scenarios:
         lines += _search_section(scenarios["search"])
+    if "archive" in scenarios:
+        lines += _archive_section(scenarios["archive"])
     if results.get("notes"):
         lines += ["## Notes", "", results["notes"].strip(), ""]
     return "\n".join(lines)
@@ -354,6 +362,53 @@ def _search_section(found: dict[str, Any]) -> list[str]:
         lines.append(f"| {label} | {ms['median_s']:.1f} | {ms['min_s']:.1f}-{ms['max_s']:.1f} |")
     lines += ["", f"Search {s['search']['median_s'] * 1000:.1f} ms: {_goal(s['goal_met'])}; mariadb-binlog takes "
               f"{s['ratio']:.0f} times as long.", ""]
+    return lines
+
+
+def _archive_section(arch: dict[str, Any]) -> list[str]:
+    b, s, conf, f = arch["binlog"], arch["summary"], arch["archive_config"], arch["served_file"]
+    a, serve = s["archive"], s["serve"]
+
+    def spread(name: str, fmt: str) -> str:
+        return f"{a[name]['median']:{fmt}} ({a[name]['min']:{fmt}}-{a[name]['max']:{fmt}})"
+
+    lines = ["## Archive: S3 (moto) keeping up with ingest, its CPU cost, archived files served back", "",
+             (f"{b['mib']:.0f} MiB of binlog in {len(b['files'])} files ({b['closed_files']} closed, "
+              f"{b['closed_mib']:.0f} MiB), archived {'encrypted' if conf['encrypted'] else 'plain'} with zstd level "
+              f"{conf['level']} in 4 MiB frames to {arch['store']['server']} on loopback (in memory); "
+              f"{arch['rounds']} rounds. *Archive vs ingest*: one relay ingests the binlog while it archives every "
+              "closed file (compress, upload, read back and verify, meta); ingest MiB/s is what it stored over the "
+              "time to the primary's end, archive MiB/s the closed files' bytes over the time the archive lagged "
+              "(a closed file not archived yet). Goal: archive / ingest >= 1.0."), "",
+             "| figure | median (range) |", "|---|---:|",
+             f"| ingest MiB/s | {spread('ingest_mib_per_s', '.1f')} |",
+             f"| archive MiB/s | {spread('archive_mib_per_s', '.1f')} |",
+             f"| archive done, s after the relay listened (ingest done) | {spread('archive_done_s', '.2f')} "
+             f"({a['ingest_s']['median']:.2f}) |",
+             f"| relay CPU s (of it after ingest) | {spread('relay_cpu_s', '.2f')} "
+             f"({a['relay_cpu_s_after_ingest']['median']:.2f}) |",
+             f"| moto CPU s | {spread('moto_cpu_s', '.2f')} |",
+             f"| zstd ratio (file / object bytes) | {a['zstd_ratio']['median']:.2f} |", "",
+             f"Archive / ingest {a['headline']['ratio']:.2f} ({_goal(a['headline']['goal_met'])}).", "",
+             (f"*Serving* {f['name']} ({f['mib']:.1f} MiB), which only the archive holds, to `mariadb-binlog --raw` "
+              "(the relay restarted before each round: the first read fetches it back frame by frame, the second "
+              "reads the copy on the relay's shelf), against the same file local to a relay that imported it; "
+              "every copy checked byte for byte. Goal: first read / local >= 0.5."), "",
+             "| source | seconds | MiB/s | range | relay CPU s | ratio |", "|---|---:|---:|---:|---:|---:|"]
+    for source in (archive.FIRST, archive.SHELF, archive.LOCAL):
+        row = serve[source]
+        lines.append(f"| {source} | {row['seconds']['median']:.3f} | {row['mib_per_s']['median']:.1f} | "
+                     f"{row['mib_per_s']['min']:.1f}-{row['mib_per_s']['max']:.1f} | "
+                     f"{row['median_server_cpu_s']:.2f} | "
+                     + ("1.00 (ref) |" if source == archive.LOCAL else f"{row['ratio']:.2f} |"))
+    lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])}).", "",
+              ("*Object format cost*: the closed files through the archive's ObjectWriter and back through "
+               "ObjectReader.decode_frame in the benchmark's process, CPU seconds of one core per GiB of file."), "",
+              "| variant | compress CPU s/GiB | decode CPU s/GiB | zstd ratio |", "|---|---:|---:|---:|"]
+    for variant, c in s["compression"].items():
+        lines.append(f"| {variant} | {c['compress_cpu_s_per_gib']['median']:.2f} | "
+                     f"{c['decode_cpu_s_per_gib']['median']:.2f} | {c['ratio']:.2f} |")
+    lines.append("")
     return lines
 
 

@@ -7,6 +7,7 @@ import getpass
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
@@ -127,6 +128,28 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from .app import archive_settings
+    from .archive.archiver import archive_backlog
+    from .errors import RelayError
+
+    config = _load(args.config)
+    settings = archive_settings(config)
+    if settings is None:
+        print(f"binlog-relay archive: {args.config} has no archive.url", file=sys.stderr)
+        return 1
+    try:
+        result = archive_backlog(settings, Path(config.data_dir), lambda line: print(line, file=sys.stderr,
+                                                                                     flush=True))
+    except (RelayError, OSError) as err:
+        print(f"binlog-relay archive: {err}", file=sys.stderr)
+        return 1
+    print(f"archived {len(result.archived)} file(s), {result.file_bytes} bytes; {result.already} were archived "
+          f"already" + (f"; not archived, their events fail their checks: {', '.join(result.unverifiable)}"
+                        if result.unverifiable else ""))
+    return 1 if result.unverifiable else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
@@ -166,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--gtid", help="the transactions of MariaDB GTIDs (0-1-100,1-2-5), or the files "
                       "holding part of a MySQL GTID set (uuid:1-5)")
     search.set_defaults(handler=cmd_search)
+    archive = commands.add_parser("archive", help="upload every closed stored file the archive lacks, with a "
+                                  "progress line each (the relay stopped: a backlog archived the first time)")
+    archive.add_argument("--config", required=True, help="the relay's YAML configuration (archive: and data_dir)")
+    archive.set_defaults(handler=cmd_archive)
     return parser
 
 

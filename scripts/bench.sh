@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench.sh - the project's benchmark command (bench/README.md).
 #
-# Usage: bash scripts/bench.sh [ingest|serve|all|suite|latency|capacity|catchup|gtidstart|search] [options...]  (default: all)
+# Usage: bash scripts/bench.sh [ingest|serve|all|suite|latency|capacity|catchup|gtidstart|search|archive] [options...]
+#        (default: all)
 #   suite: python3 -m bench.suite - latency, serve capacity, replica catch-up (and --scenarios
 #          ...,ingest) in one run, written up as BENCHMARKS.md + benchmarks.json + PNGs (--out DIR)
 #   e.g. bash scripts/bench.sh --reuse --json /tmp/bench.json
@@ -12,6 +13,9 @@
 # serve:  python3 -m bench.serve  - mariadb-binlog downloading it from the relay vs from the
 #         primary, one at a time and --clients at once.
 # all:    ingest, then serve, on one primary (see run_all below for how options are shared).
+# archive: python3 -m bench.archive - the S3 archive (moto) keeping up with ingest, its zstd/AES cost,
+#         a file only the archive holds served vs the same file local (bench/README.md, "Archive").
+# latency, capacity, catchup, gtidstart, search: one scenario of the suite alone (python3 -m bench.NAME).
 # Both start a throw-away MariaDB primary and fill its binlog with sysbench (or --reuse
 # the one of an earlier run). Before that this script makes sure the programs exist:
 #   MariaDB server and client, sysbench, gcc and Python's headers: installed with apt-get
@@ -121,7 +125,7 @@ run_all() {
 
 which=all
 case ${1:-} in
-  ingest | serve | all | suite | latency | capacity | catchup | gtidstart | search) which=$1; shift ;;
+  ingest | serve | all | suite | latency | capacity | catchup | gtidstart | search | archive) which=$1; shift ;;
 esac
 
 install_mariadb
@@ -133,9 +137,9 @@ case $which in
   ingest) exec "$PYTHON" -m bench.ingest "$@" ;;
   serve) exec "$PYTHON" -m bench.serve "$@" ;;
   all) run_all "$@" ;;
-  suite | latency | capacity | catchup | gtidstart | search)
-    # matplotlib (the pictures) and PyMySQL (latency's client): the bench extra
-    "$PYTHON" -c 'import matplotlib, pymysql' > /dev/null 2>&1 \
+  suite | latency | capacity | catchup | gtidstart | search | archive)
+    # matplotlib (the pictures), PyMySQL (latency's client) and moto (archive's S3 server): the bench extra
+    "$PYTHON" -c 'import matplotlib, pymysql, moto.server' > /dev/null 2>&1 \
       || "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore -e '.[bench]'
     exec "$PYTHON" -m "bench.$which" "$@" ;;
 esac

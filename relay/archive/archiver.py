@@ -23,7 +23,7 @@ from pathlib import Path
 import trio
 
 from ..errors import RelayError
-from ..storage.files import atomic_write, make_durable_dir
+from ..storage.files import DataDirLock, atomic_write, make_durable_dir
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
@@ -34,6 +34,7 @@ from .store import ObjectStore, StoreConfig, open_store
 log = logging.getLogger(__name__)
 
 CATALOG = "archive.json"
+MIB = 1 << 20
 CHECK_SECONDS = 0.5  # how often the closed files are looked at: a file waits about this long
 MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
 
@@ -270,3 +271,51 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
     log.info("archive %s: an empty data_dir seeded with %s, the newest of its %d archived files; the older ones "
              "are served from the archive", settings.store.url, newest, len(archived))
     return newest
+
+
+@dataclass(frozen=True)
+class BacklogResult:
+    archived: tuple[str, ...]  # uploaded now
+    already: int  # closed files the archive held before
+    unverifiable: tuple[str, ...]  # closed files whose events fail their checks: not uploaded
+    file_bytes: int
+
+
+def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callable[[str], None],
+                    open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> BacklogResult:
+    """``binlog-relay archive``: upload every closed stored file the archive lacks, oldest first,
+    with a progress line after each (a relay's backlog archived the first time can be hours of
+    uploads).  The relay must be stopped: this takes the data_dir's lock.  Blocking."""
+    lock = DataDirLock(data_dir)
+    lock.acquire()
+    try:
+        url = str(settings.store.url)
+        store = open_store_for(settings.store)
+        store.check()
+        store.abort_stale_uploads()
+        archived = list_archive(store, load_catalog(data_dir, url))
+        closed = read_index(data_dir)[:-1]
+        pending = [name for name in closed if name not in archived]
+        total = sum((data_dir / name).stat().st_size for name in pending)
+        done_bytes, uploaded, skipped = 0, [], []
+        started = time.monotonic()
+        kek = settings.keks[0] if settings.keks else None
+        for number, name in enumerate(pending, 1):
+            path = data_dir / name
+            try:
+                check_file(path, name)
+            except BinlogImportError as exc:
+                skipped.append(name)
+                progress(f"{name} not archived: its events fail their checks ({exc})")
+                continue
+            archived[name] = upload(store, path, name, kek=kek, level=settings.level)
+            save_catalog(data_dir, url, archived)
+            uploaded.append(name)
+            done_bytes += archived[name].file_size
+            rate = done_bytes / max(time.monotonic() - started, 1e-6)
+            left = (total - done_bytes) / rate if rate else 0.0
+            progress(f"archived {number}/{len(pending)} files, {done_bytes / MIB:,.1f} of {total / MIB:,.1f} MiB, "
+                     f"{rate / MIB:,.1f} MiB/s, about {left:,.0f} s left ({name})")
+        return BacklogResult(tuple(uploaded), len(closed) - len(pending), tuple(skipped), done_bytes)
+    finally:
+        lock.release()

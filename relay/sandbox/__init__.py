@@ -7,6 +7,7 @@
     compare.py       is a directory of binlog files a byte copy of the primary's?
     client.py        the relay's own sans-IO client on a blocking socket (queries, raw dumps)
     binlogfiles.py   binlog files read by their event headers only
+    s3.py            MotoServer: a throw-away S3 API server (moto) on loopback, for the archive
     polling.py, ports.py, procfs.py, errors.py: waiting with a deadline, free loopback ports,
                      /proc figures, the errors of this package
     demo.py          ``binlog-relay demo``

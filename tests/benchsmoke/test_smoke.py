@@ -9,6 +9,7 @@ import json
 import math
 import struct
 
+from bench import archive as bench_archive
 from bench import suite
 from relay.sandbox.ports import free_port
 
@@ -30,7 +31,8 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
     path = suite.write(results, tmp_path / "out")
     data = json.loads((tmp_path / "out" / suite.ASSETS / "benchmarks.json").read_text())
     scenarios = data["scenarios"]
-    assert set(scenarios) == {"latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search"}
+    assert set(scenarios) == {"latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search",
+                              "archive"}
 
     latency = scenarios["latency"]["summary"]
     assert set(latency) == {"direct", "relay sync=commit", "relay sync=none"}
@@ -79,10 +81,24 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
     # every search's answer was checked against a walk of the files before its time counted
     assert len(found["search_runs"]) == len(found["mariadb_binlog_runs"]) == 4
     assert all(_finite(found["summary"][way]["median_s"]) for way in ("search", "command", "mariadb_binlog"))
+    arch = scenarios["archive"]
+    # every closed file archived (checked against the relay's metrics and, object bytes for object
+    # bytes, against the same files compressed in the benchmark), then served back byte for byte
+    assert arch["binlog"]["closed_files"] >= 3 and len(arch["archive_runs"]) == 1
+    assert all(run["uploaded_file_bytes"] == arch["binlog"]["closed_bytes"] for run in arch["archive_runs"])
+    assert _finite(arch["summary"]["archive"]["headline"]["ratio"])
+    assert {run["source"] for run in arch["serve_runs"]} == {bench_archive.FIRST, bench_archive.SHELF,
+                                                             bench_archive.LOCAL}
+    assert all(run["verified"] for run in arch["serve_runs"])
+    assert [run["fetched_bytes"] for run in arch["serve_runs"]] == [arch["served_file"]["bytes"], 0, 0]
+    assert _finite(arch["summary"]["serve"]["headline"]["ratio"])
+    for variant in ("plain", "encrypted"):
+        row = arch["summary"]["compression"][variant]
+        assert row["ratio"] > 1 and _finite(row["compress_cpu_s_per_gib"]["median"])
 
     text = path.read_text()
     for heading in ("## Latency", "## Serve capacity", "## Replica catch-up", "## Ingest", "## Memory",
-                    "## Pipeline decode", "## GTID starts", "## Search by time"):
+                    "## Pipeline decode", "## GTID starts", "## Search by time", "## Archive"):
         assert heading in text
     assert "smoke run" in text
     assert "over TCP" in text and "discard reader (socket only)" in text

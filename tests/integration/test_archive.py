@@ -247,3 +247,35 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     assert run.returncode == 0, run.stderr
     assert not copy_differences(everything, tmp_path / "raw")
     assert "Traceback" not in second.log_text()
+
+
+def test_the_archive_command_uploads_a_relays_backlog_with_a_progress_line(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """A relay that ran without an archive: `binlog-relay archive` uploads its closed files, a
+    progress line after each; refused while the relay holds the data_dir."""
+    import sys
+
+    import yaml
+
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port)
+    write_files(primary, 3)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    config_path = tmp_path / "with-archive.yaml"
+    config_path.write_text(yaml.safe_dump({**relay.config, "archive": archive_config(s3_server)}))
+    command = [sys.executable, "-m", "relay.cli", "archive", "--config", str(config_path)]
+    busy = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert busy.returncode == 1 and "in use" in busy.stderr, busy.stderr
+    relay.stop()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    closed = read_index(relay.data_dir)[:-1]
+    progress = [line for line in done.stderr.splitlines() if line.startswith("archived ")]
+    assert len(progress) == len(closed) and progress[-1].startswith(f"archived {len(closed)}/{len(closed)} files")
+    store = open_store(s3_server.store_config(prefix="relay"))
+    assert sorted(list_archive(store)) == closed
+    for name in closed:
+        reader = ArchivedFileReader(store, name, ())
+        assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes()
+    again = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and f"{len(closed)} were archived already" in again.stdout, again.stdout

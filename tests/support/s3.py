@@ -22,7 +22,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import urllib.request
 import uuid
@@ -36,17 +35,14 @@ import boto3
 import pytest
 
 from relay.archive.store import StoreConfig
-from relay.sandbox.polling import wait_for
-from relay.sandbox.ports import LOOPBACK, free_port
+from relay.sandbox.ports import LOOPBACK
+from relay.sandbox.s3 import REGION, start_moto_server
 from tests.support.certs import CertFiles
 from tests.support.proxy import CuttableProxy
 
-REGION = "us-east-1"
 START_TIMEOUT = 30.0
-# Run moto with PR_SET_PDEATHSIG: it dies with the test process even when that one is killed and
-# no teardown runs (prctl(1, SIGKILL) asks the kernel to SIGKILL us when our parent exits).
-_LAUNCHER = ("import ctypes, runpy, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-             "sys.argv = ['moto_server'] + sys.argv[1:]; runpy.run_module('moto.server', run_name='__main__')")
+# moto itself is started by relay/sandbox/s3.py (the benchmarks' launcher too): with PR_SET_PDEATHSIG,
+# so it dies with the test process even when that one is killed and no teardown runs.
 
 
 # ------------------------------------------------------------------------------ the proxy
@@ -147,15 +143,11 @@ class MotoProcess:
 def start_moto(log_path: Path, tls: CertFiles | None = None) -> MotoProcess:
     """Start moto on a free port, wait until it answers, create the test user and its key.  With
     ``tls`` (tests/support/certs.py make_certs) it serves HTTPS with that certificate."""
-    port = free_port()
     tls_args = ["-c", str(tls.cert), "-k", str(tls.key)] if tls else []
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", _LAUNCHER, "-H", LOOPBACK, "-p", str(port), *tls_args],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    moto = MotoProcess(process, port, "bootstrap", "bootstrap", log_path, tls)
+    context = ssl.create_default_context(cafile=str(tls.ca)) if tls else None
+    server = start_moto_server(log_path, extra_args=tls_args, ssl_context=context, timeout=START_TIMEOUT)
+    moto = MotoProcess(server.process, server.port, "bootstrap", "bootstrap", log_path, tls)
     try:
-        wait_for(lambda: _answers(moto), START_TIMEOUT, f"moto server on port {port} answering",
-                 ignore=(OSError,))
         iam = boto3.client("iam", endpoint_url=moto.endpoint, region_name=REGION, aws_access_key_id="bootstrap",
                            aws_secret_access_key="bootstrap",  # any key works while auth is off
                            verify=str(tls.ca) if tls else None)
@@ -169,15 +161,6 @@ def start_moto(log_path: Path, tls: CertFiles | None = None) -> MotoProcess:
         moto.stop()
         raise
     return moto
-
-
-def _answers(moto: MotoProcess) -> bool:
-    if moto.process.poll() is not None:
-        tail = moto.log_path.read_text(errors="replace")[-2000:] if moto.log_path else ""
-        raise RuntimeError(f"moto server exited with {moto.process.returncode}:\n{tail}")
-    with urllib.request.urlopen(f"{moto.endpoint}/moto-api/data.json", timeout=2,
-                                context=moto.ssl_context()) as answer:
-        return bool(answer.status == 200)
 
 
 # ------------------------------------------------------------------------------ one test's view
