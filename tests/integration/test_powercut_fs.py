@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from relay.storage.files import atomic_write, make_durable_dir
+from relay.storage.files import atomic_write, fsync_dir, make_durable_dir
 from tests.support.powercut import PowerCutMount
 
 
@@ -31,19 +31,11 @@ def _write(path: Path, data: bytes, *, sync: bool, flags: int = os.O_WRONLY | os
         os.close(fd)
 
 
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def test_a_file_never_synced_with_its_directory_is_gone(fs):
     root = fs.mountpoint
     _write(root / "first", b"written and synced, then the directory synced", sync=True)
     _write(root / "second", b"", sync=False)
-    _sync_dir(root)
+    fsync_dir(root)
     _write(root / "late", b"created after the directory's sync", sync=True)
     fs.cut()
     assert sorted(os.listdir(root)) == ["first", "second"]  # "late": its name was never synced
@@ -54,7 +46,7 @@ def test_writes_since_the_last_fsync_are_lost(fs):
     root = fs.mountpoint
     path = root / "binlog"
     _write(path, b"A" * 100, sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     _write(path, b"B" * 50, sync=False, flags=os.O_WRONLY | os.O_APPEND)  # an append
     fd = os.open(path, os.O_RDWR)
     os.pwrite(fd, b"C" * 10, 20)  # an overwrite inside the synced part
@@ -70,7 +62,7 @@ def test_fdatasync_makes_data_durable(fs):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o640)
     os.write(fd, b"x" * 10)
     os.fsync(fd)
-    _sync_dir(root)
+    fsync_dir(root)
     os.write(fd, b"y" * 10)
     os.fdatasync(fd)
     os.write(fd, b"z" * 10)
@@ -83,7 +75,7 @@ def test_a_truncation_not_synced_is_undone(fs):
     root = fs.mountpoint
     path = root / "binlog"
     _write(path, bytes(range(200)), sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     fd = os.open(path, os.O_RDWR)
     os.ftruncate(fd, 50)
     os.write(fd, b"after the cut back")
@@ -96,7 +88,7 @@ def test_a_rename_over_a_file_is_undone_until_the_directory_is_synced(fs):
     root = fs.mountpoint
     state = root / "relay-state.json"
     _write(state, b"old state", sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     _write(root / "relay-state.json.tmp", b"new state", sync=True)
     os.replace(root / "relay-state.json.tmp", state)
     assert state.read_bytes() == b"new state"
@@ -105,7 +97,7 @@ def test_a_rename_over_a_file_is_undone_until_the_directory_is_synced(fs):
     assert sorted(os.listdir(root)) == ["relay-state.json"]
     _write(root / "relay-state.json.tmp", b"newer state", sync=True)
     os.replace(root / "relay-state.json.tmp", state)
-    _sync_dir(root)
+    fsync_dir(root)
     fs.cut()
     assert state.read_bytes() == b"newer state"
 
@@ -113,11 +105,11 @@ def test_a_rename_over_a_file_is_undone_until_the_directory_is_synced(fs):
 def test_an_unlink_or_a_directory_not_synced_is_undone(fs):
     root = fs.mountpoint
     _write(root / "purged", b"kept until the directory is synced", sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     (root / "purged").unlink()
     (root / "sub").mkdir()
     _write(root / "sub" / "file", b"in a new directory", sync=True)
-    _sync_dir(root / "sub")
+    fsync_dir(root / "sub")
     fs.cut()
     assert sorted(os.listdir(root)) == ["purged"]
     assert (root / "purged").read_bytes() == b"kept until the directory is synced"
@@ -127,7 +119,7 @@ def test_a_mapping_and_a_lock_work_and_the_cache_is_dropped_at_a_cut(fs):
     root = fs.mountpoint
     path = root / "binlog"
     _write(path, b"durable" * 1000, sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     _write(path, b"lost" * 1000, sync=False, flags=os.O_WRONLY | os.O_APPEND)
     with open(path, "rb") as stored, mmap.mmap(stored.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         assert mapped[-4:] == b"lost"  # read through the page cache
@@ -153,7 +145,7 @@ def test_an_armed_cut_freezes_the_writer_right_after_the_operation(fs):
 
     root = fs.mountpoint
     _write(root / "state", b"old", sync=True)
-    _sync_dir(root)
+    fsync_dir(root)
     fs.arm("rename", "/state")
     writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import os
@@ -179,12 +171,12 @@ def test_the_relays_new_directories_survive_a_cut_where_mkdir_alone_does_not(fs)
     """relay.storage.files.make_durable_dir against plain mkdir: a data_dir (or its history-index/)
     created and filled, each file synced with its directory, vanishes if its parent never saw a sync."""
     root = fs.mountpoint
-    _sync_dir(root)
+    fsync_dir(root)
     for make, survives in ((lambda d: d.mkdir(parents=True), False), (make_durable_dir, True)):
         directory = root / "made" / "data"
         make(directory)
         _write(directory / "binlog.index", b"./mysql-bin.000001\n", sync=True)
-        _sync_dir(directory)
+        fsync_dir(directory)
         fs.cut()
         assert (directory / "binlog.index").exists() is survives
         if survives:
