@@ -96,8 +96,7 @@ class Relay:
         self.archiver = Archiver(settings, self.relay_log) if settings is not None else None
         if self.archiver is not None:
             archiver = self.archiver
-            self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: {
-                name: archived.file_size for name, archived in archiver.files.items()}, archiver.fetch_file)
+            self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: archiver.files, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
         self.replica_book.load()

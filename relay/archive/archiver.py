@@ -12,6 +12,7 @@ a minute), the backlog is counted (``lag``) and uploaded in order once the store
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -28,7 +29,7 @@ from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
-from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, upload
+from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, read_start_state, upload
 from .store import ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,10 @@ class Archiver:
         if gone:
             log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
                         "archived again if still stored", self.url, len(gone), min(gone))
+        for name, archived in sorted(listed.items()):
+            if archived.start_state is None:  # listed from the store: its GTID_LIST is read once
+                state = await trio.to_thread.run_sync(read_start_state, store, name, self.settings.keks)
+                listed[name] = dataclasses.replace(archived, start_state=state)
         self.files = listed
         self._save_catalog()
         self.store = store
@@ -228,7 +233,11 @@ def load_catalog(data_dir: Path, url: str) -> dict[str, ArchivedFile]:
         document = json.loads(path.read_text())
         if document.get("url") != url:
             return {}  # another archive's: the store's listing rebuilds it
-        return {entry["name"]: ArchivedFile(**entry) for entry in document["files"]}
+        files = {}
+        for entry in document["files"]:
+            state = entry.get("start_state")
+            files[entry["name"]] = ArchivedFile(**{**entry, "start_state": None if state is None else tuple(state)})
+        return files
     except FileNotFoundError:
         return {}
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..binlog import events as ev
 from .objectformat import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_LEVEL,
@@ -42,6 +43,7 @@ OBJECT_SUFFIX = ".zst"
 META_SUFFIX = ".meta.json"
 READ_BLOCK = 1 << 20  # bytes of the file read at a time while uploading
 VERIFY_FRAMES = 8  # frames fetched per ranged GET while verifying an upload
+START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST is
 
 
 def object_key(name: str) -> str:
@@ -61,10 +63,30 @@ class ArchivedFile:
     object_size: int
     encrypted: bool
     archived_at: float  # when its meta was stored (Unix time): archive.retention's clock
+    # the GTID_LIST at the file's start (the binlog state before it, "domain-server-seq" each; () for
+    # a file without one): where a GTID dump may start.  None: not read yet (listed from the store)
+    start_state: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, meta: ObjectMeta, archived_at: float) -> ArchivedFile:
-        return cls(meta.name, meta.file_size, meta.object_size, meta.encryption is not None, archived_at)
+    def of(cls, meta: ObjectMeta, archived_at: float, start_state: tuple[str, ...] | None = None) -> ArchivedFile:
+        return cls(meta.name, meta.file_size, meta.object_size, meta.encryption is not None, archived_at,
+                   start_state)
+
+
+def start_state_of(head: bytes) -> tuple[str, ...]:
+    """The GTID_LIST near the start of a binlog file (its first bytes, the magic number included)."""
+    offset = len(ev.BINLOG_MAGIC)
+    while offset + ev.HEADER_LEN <= len(head):
+        length = int.from_bytes(head[offset + 9:offset + 13], "little")
+        if length < ev.HEADER_LEN or offset + length > len(head):
+            break
+        event = memoryview(head)[offset:offset + length]
+        if event[4] == ev.GTID_LIST_EVENT:
+            return tuple(f"{g.domain_id}-{g.server_id}-{g.seq_no}" for g in ev.parse_gtid_list(event))
+        if event[4] not in (ev.FORMAT_DESCRIPTION_EVENT, ev.START_ENCRYPTION_EVENT):
+            break
+        offset += length
+    return ()
 
 
 class UploadMismatch(ArchiveDamaged):
@@ -88,7 +110,9 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
         raise UploadMismatch(object_key(name), f"read back it decodes to {back.size} bytes of CRC32 "
                                                f"{back.crc32:08x}, the file is {sent.size} of {sent.crc32:08x}")
     store.put(meta_key(name), [meta.to_json()])
-    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp())
+    with open(path, "rb") as stream:
+        head = stream.read(START_READ)
+    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), start_state_of(head))
 
 
 class _FileDigest:
@@ -192,6 +216,12 @@ class ArchivedFileReader:
         chunk = self._reader.decode_frame(index, data)
         self._cached = (index, chunk)
         return chunk
+
+
+def read_start_state(store: ObjectStore, name: str, keks: Iterable[Kek]) -> tuple[str, ...]:
+    """The start state of an archived file, from its first frame (one ranged GET)."""
+    reader = ArchivedFileReader(store, name, keks)
+    return start_state_of(reader.read(0, min(reader.size, START_READ)))
 
 
 # ------------------------------------------------------------------------------------ listing

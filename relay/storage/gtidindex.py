@@ -46,6 +46,11 @@ class GtidIndex:
     def file_start_state(self, name: str) -> BinlogState | None:
         """The GTID_LIST near the start of ``name``: the binlog state before the file; None while
         the newest file's GTID_LIST is not committed yet (not known, not cached)."""
+        if name not in self._file_start and self.relay_log.archived_only(name):
+            listed = self.relay_log.shelf.start_state(name)  # type: ignore[union-attr]
+            if listed is None:
+                return None  # not read from the archive yet: a GTID dump cannot start in it yet
+            self._file_start[name] = BinlogState(Gtid(*map(int, text.split("-"))) for text in listed)
         if name not in self._file_start:
             state: BinlogState | None = None
             with open(self.relay_log.path(name), "rb") as stored:
@@ -124,7 +129,7 @@ class GtidIndex:
 
     def _scan(self, name: str, start: int, end: int, state: BinlogState) -> None:
         """Add the GTIDs of [start, end) of ``name`` to ``state``.  Headers only (events_of_types)."""
-        with open(self.relay_log.path(name), "rb") as stored:
+        with open(self.relay_log.read_path(name) or self.relay_log.path(name), "rb") as stored:
             gtid_events, _ = events_of_types(stored, start, end, _GTID_ONLY)
         for _, event in gtid_events:
             seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)
@@ -135,7 +140,7 @@ class GtidIndex:
         state = self.binlog_state()
         pending = dict(requested)
         empty_domains = _check_start(pending, state, ignore_duplicates)
-        for name in reversed(self.relay_log.files):
+        for name in reversed(self.relay_log.served_files()):  # with an archive, its files too
             before = self.file_start_state(name)
             if before is None:
                 continue  # the newest file, its GTID_LIST not committed yet: start in the one before

@@ -70,9 +70,13 @@ class HistoryIndex:
     file names in order and how far each may be read (the committed end of the newest)."""
 
     def __init__(self, data_dir: Path | str, files: Callable[[], list[str]], readable_end: Callable[[str], int],
-                 interval: int = DEFAULT_INTERVAL, writable: bool = True) -> None:
+                 interval: int = DEFAULT_INTERVAL, writable: bool = True,
+                 path_of: Callable[[str], Path] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.files = files
+        # where a file is read: data_dir/name, or (a relay with an archive) the copy fetched back of a
+        # file only the archive holds, whose index is kept in memory only
+        self.path_of = path_of or (lambda name: self.data_dir / name)
         self.readable_end = readable_end
         self.interval = max(1, interval)
         self.writable = writable
@@ -129,6 +133,10 @@ class HistoryIndex:
             self._extend(name, known)
         return known
 
+    def _writes(self, name: str) -> bool:
+        """Sidecars are written for the stored files only (not for an archived file read back)."""
+        return self.writable and name in self.files()
+
     def _is_newest(self, name: str) -> bool:
         files = self.files()
         return bool(files) and files[-1] == name
@@ -143,7 +151,7 @@ class HistoryIndex:
         cached = self._tails.get(name)
         if cached is not None and cached[0] == start and cached[1] == end:
             return cached[2]
-        span = walk_file(self.data_dir / name, start, end)
+        span = walk_file(self.path_of(name), start, end)
         self._tails[name] = (start, end, span)
         return span
 
@@ -166,7 +174,7 @@ class HistoryIndex:
                         "walking the file from %d", name, len(spans) - len(checked), len(spans),
                         checked[-1].end if checked else 4)
             complete = False
-            if self.writable:
+            if self._writes(name):
                 self._rewrite(name, checked, False)
         known = FileSpans(checked, complete and len(checked) == len(spans))
         if known.complete and (self._is_newest(name) or known.end != self._size(name)):
@@ -177,7 +185,7 @@ class HistoryIndex:
         """The spans up to the first one the file contradicts."""
         end = self.readable_end(name)
         checked: list[Span] = []
-        with open(self.data_dir / name, "rb") as stored:
+        with open(self.path_of(name), "rb") as stored:
             crc = _file_crc(stored)
             for span in spans:
                 if span.start != (checked[-1].end if checked else 4) or span.end > end \
@@ -187,18 +195,18 @@ class HistoryIndex:
         return checked
 
     def _size(self, name: str) -> int:
-        return os.stat(self.data_dir / name).st_size
+        return os.stat(self.path_of(name)).st_size
 
     def _extend(self, name: str, known: FileSpans) -> None:
         """Walk a closed file from where its index ends to its end, and keep what was walked."""
         size = self._size(name)
         start = known.end
-        self._install(name, known, start, size, build_spans(self.data_dir / name, start, size, self.interval))
+        self._install(name, known, start, size, build_spans(self.path_of(name), start, size, self.interval))
 
     def _install(self, name: str, known: FileSpans, start: int, size: int, added: list[Span]) -> None:
         known.spans.extend(added)
         known.complete = known.end == size
-        if self.writable:
+        if self._writes(name):
             if start == 4:
                 self._rewrite(name, known.spans, known.complete)
             else:
@@ -207,11 +215,11 @@ class HistoryIndex:
     def rebuild(self, name: str) -> None:
         """Index ``name`` again from the file alone (a file imported or put in place)."""
         end = self.readable_end(name)
-        spans = build_spans(self.data_dir / name, 4, end, self.interval)
+        spans = build_spans(self.path_of(name), 4, end, self.interval)
         complete = not self._is_newest(name) and bool(spans) and spans[-1].end == end == self._size(name)
         self._known[name] = FileSpans(spans, complete)
         self._tails.pop(name, None)
-        if self.writable:
+        if self._writes(name):
             self._rewrite(name, spans, complete)
 
     async def index_stored_files(self) -> None:
@@ -229,7 +237,7 @@ class HistoryIndex:
                 if known.complete:
                     continue
                 start, size = known.end, self._size(name)
-                added = await trio.to_thread.run_sync(build_spans, self.data_dir / name, start, size,
+                added = await trio.to_thread.run_sync(build_spans, self.path_of(name), start, size,
                                                       self.interval)
             except OSError as exc:  # purged while it was read, or unreadable: the index is a cache
                 if name in self.files():
@@ -261,10 +269,10 @@ class HistoryIndex:
         known.complete = False
         known.spans[:] = [span for span in known.spans if span.end <= end]
         start = known.end
-        with open(self.data_dir / name, "rb") as stored:
+        with open(self.path_of(name), "rb") as stored:
             crc = _file_crc(stored)
         walker = SpanWalker(start, crc)
-        added = _walk_into(walker, self.data_dir / name, start, end, self.interval)
+        added = _walk_into(walker, self.path_of(name), start, end, self.interval)
         known.spans.extend(added)
         if self.writable:
             self._rewrite(name, known.spans, False)

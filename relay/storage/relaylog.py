@@ -80,7 +80,8 @@ class RelayLog:
         self.bytes_written = 0
         self.purged_files = 0
         # the index of the stored history: written as ingest stores, read by every GTID lookup
-        self.history = HistoryIndex(self.data_dir, lambda: self.files, self.file_end, index_interval)
+        self.history = HistoryIndex(self.data_dir, lambda: self.files, self.file_end, index_interval,
+                                    path_of=lambda name: self.read_path(name) or self.path(name))
 
     # ------------------------------------------------------------ open / recover / close
 

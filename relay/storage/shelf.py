@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import shutil
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import trio
 
+from ..archive.objects import ArchivedFile
 from ..errors import Refusal, RelayError
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,10 @@ class ArchiveReadError(Refusal):
 
 
 class ArchiveShelf:
-    def __init__(self, data_dir: Path, archived: Callable[[], dict[str, int]],
+    def __init__(self, data_dir: Path, archived: Callable[[], Mapping[str, ArchivedFile]],
                  fetch_file: Callable[[str, Path], None], keep: int = DEFAULT_KEEP) -> None:
         self.dir = Path(data_dir) / CACHE_DIR
-        self.archived = archived  # name -> file size, of every archived file
+        self.archived = archived  # every archived file, by name
         self.fetch_file = fetch_file
         self.keep = max(1, keep)
         self._copies: OrderedDict[str, Path] = OrderedDict()  # least recently used first
@@ -52,7 +53,12 @@ class ArchiveShelf:
         return sorted(name for name in self.archived() if first_local is None or name < first_local)
 
     def size(self, name: str) -> int:
-        return self.archived()[name]
+        return self.archived()[name].file_size
+
+    def start_state(self, name: str) -> tuple[str, ...] | None:
+        """The GTID_LIST at the start of the archived ``name`` (None: not known yet)."""
+        archived = self.archived().get(name)
+        return archived.start_state if archived is not None else None
 
     def copy(self, name: str) -> Path | None:
         """The local copy of an archived file, if fetched."""

@@ -279,3 +279,29 @@ def test_the_archive_command_uploads_a_relays_backlog_with_a_progress_line(
         assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes()
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and f"{len(closed)} were archived already" in again.stdout, again.stdout
+
+
+def test_gtid_starts_in_files_only_the_archive_holds_are_the_primarys(mariadb_factory, relay_factory, s3_server):
+    """The oracle test of GTID starts (tests/integration/test_gtid_index.py: several domains and
+    server ids, strict and not, a state ahead of the binlog), with the large file purged from the
+    relay's disk: it is found by the GTID_LIST its archived copy starts with, fetched back, and
+    the dump sends what the primary (which still has it) sends."""
+    from relay.sandbox.replication import wait_binlog_settled
+    from tests.integration.test_gtid_index import _connect_states, _differences, _gtids_in_order, _write_history
+
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server),
+                          storage={"index_interval": "128K",
+                                   "retention": {"max_size": "16K", "min_files": 1, "replica_grace": 0}})
+    _write_history(primary)
+    wait_binlog_settled(primary)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed)
+             and read_index(relay.data_dir)[0] not in closed, 60, "not archived and purged")
+    assert [row[0] for row in relay_sql(relay, "SHOW BINARY LOGS")] == [name for name, _ in primary.binlog_files()]
+    differences = _differences(primary.port, relay.port, _connect_states(_gtids_in_order(primary)))
+    assert not differences, "\n".join(differences)
+    assert metric(relay, "binlog_relay_archive_served_bytes_total") > 0
+    assert "Traceback" not in relay.log_text()
