@@ -114,15 +114,34 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_search(args: argparse.Namespace) -> int:
     import json
 
-    from .errors import InputError
+    from .errors import InputError, RelayError
     from .storage.files import DataDirError
     from .storage.search import StoredHistory, parse_moment
 
+    archived = None
+    data_dir = args.data_dir
+    if args.config:  # the configuration's data_dir, and its archive (the relay's list of it)
+        from .app import archive_settings
+        from .archive.search import ArchivedHistory
+
+        config = _load(args.config)
+        data_dir = config.data_dir
+        settings = archive_settings(config)
+        archived = ArchivedHistory(settings, Path(data_dir)) if settings is not None else None
     try:
-        history = StoredHistory(args.data_dir)
-        found = history.at_time(parse_moment(args.time)) if args.time else history.holding(args.gtid)
+        history = StoredHistory(data_dir)
+        if args.time:
+            moment = parse_moment(args.time)
+            found = history.at_time(moment)
+            found = archived.at_time(moment, found) if archived else found
+        else:
+            found = history.holding(args.gtid)
+            found = archived.holding(args.gtid, found) if archived else found
     except (InputError, DataDirError, OSError) as err:
         print(f"binlog-relay search: {err}", file=sys.stderr)
+        return 1
+    except RelayError as err:  # the archive: the store down, a damaged object
+        print(f"binlog-relay search: the archive: {err}", file=sys.stderr)
         return 1
     print(json.dumps(found, indent=2))
     return 0
@@ -182,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.set_defaults(handler=cmd_import)
     search = commands.add_parser("search", help="where the stored history holds a moment or GTIDs (JSON on "
                                  "stdout), from its index: for point-in-time recovery")
-    search.add_argument("--data-dir", required=True, help="the relay's data_dir (read only; the relay may run)")
+    where = search.add_mutually_exclusive_group(required=True)
+    where.add_argument("--data-dir", help="the relay's data_dir (read only; the relay may run)")
+    where.add_argument("--config", help="the relay's configuration: its data_dir, and its archive's files too")
     what = search.add_mutually_exclusive_group(required=True)
     what.add_argument("--time", help="the last transaction committed at or before this moment: "
                       "'YYYY-MM-DD HH:MM:SS' (UTC, or with an offset such as +02:00) or '@SECONDS'")

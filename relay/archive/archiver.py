@@ -160,6 +160,9 @@ class Archiver:
         except (RelayError, OSError):
             self.status.failed("upload")
             raise
+        summary = self.relay_log.history.summary(name)  # the file is still stored: its index tells
+        if summary is not None:
+            archived = dataclasses.replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
         self.files[name] = archived
         self._save_catalog()
         self.status.uploaded_files += 1

@@ -66,6 +66,10 @@ class ArchivedFile:
     # the GTID_LIST at the file's start (the binlog state before it, "domain-server-seq" each; () for
     # a file without one): where a GTID dump may start.  None: not read yet (listed from the store)
     start_state: tuple[str, ...] | None = None
+    # the header times of its first and last commits (the index's summary when it was archived; None:
+    # not known): which archived files a search by time must read
+    commit_lo: int | None = None
+    commit_hi: int | None = None
 
     @classmethod
     def of(cls, meta: ObjectMeta, archived_at: float, start_state: tuple[str, ...] | None = None) -> ArchivedFile:

@@ -305,3 +305,58 @@ def test_gtid_starts_in_files_only_the_archive_holds_are_the_primarys(mariadb_fa
     assert not differences, "\n".join(differences)
     assert metric(relay, "binlog_relay_archive_served_bytes_total") > 0
     assert "Traceback" not in relay.log_text()
+
+
+def test_search_with_the_config_answers_from_files_only_the_archive_holds(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """`binlog-relay search --config`: a moment and a GTID in files the relay purged (archived), the
+    same answers as a search over the primary's copies of every file."""
+    import json
+    import sys
+    import time
+
+    from relay.storage.index import write_index
+    from relay.storage.search import StoredHistory
+
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server),
+                          storage={"retention": {"max_size": "16K", "min_files": 1, "replica_grace": 0}})
+    for _ in range(4):  # a file per second: moments fall in different files
+        write_files(primary, 1)
+        second = int(time.time())
+        wait_for(lambda second=second: time.time() >= second + 1.05, 5)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed)
+             and read_index(relay.data_dir)[0] not in closed, 60, "not archived and purged")
+    copies = tmp_path / "primary-copies"
+    copies.mkdir()
+    for name, _ in primary.binlog_files():
+        (copies / name).write_bytes(primary.binlog_path(name).read_bytes())
+    write_index(copies, [name for name, _ in primary.binlog_files()])
+    oracle = StoredHistory(copies)
+
+    def search(*what: str) -> dict:  # type: ignore[type-arg]
+        run = subprocess.run([sys.executable, "-m", "relay.cli", "search", "--config", str(relay.config_path), *what],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)  # type: ignore[no-any-return]
+
+    # every second from before the history to after it: in each archived file, and in the local one
+    first_commit = oracle.at_time(0)["next"]["commit_timestamp"]
+    last_commit = oracle.at_time(10**10)["transaction"]["commit_timestamp"]
+    assert last_commit - first_commit >= 3
+    purged = set(closed) - set(read_index(relay.data_dir))
+    answered_from_the_archive = 0
+    for moment in range(first_commit - 1, last_commit + 2):
+        answer = search("--time", f"@{moment}")
+        assert answer == oracle.at_time(moment), moment
+        answered_from_the_archive += bool(answer["transaction"]) and answer["transaction"]["file"] in purged
+    assert answered_from_the_archive >= 2
+    gtids = ["0-1-3", "0-1-8", "0-1-13"]
+    for gtid in gtids:
+        expected = oracle.holding(gtid)
+        assert expected["gtids"][0]["transaction"] is not None
+        assert search("--gtid", gtid) == expected, gtid
+    assert sum(search("--gtid", gtid)["files"][0] in purged for gtid in gtids) >= 2

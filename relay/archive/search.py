@@ -1,0 +1,105 @@
+"""`binlog-relay search` over the archived files too (with ``--config``): where the stored history
+starts after the moment or lacks the GTID, the archive's list (archive.json in data_dir, written by
+the relay) says which archived file may hold the answer (its first commit time, the GTID_LIST it
+starts with); that file, and the one after it when the answer's "next" is there, are fetched into a
+temporary directory and searched as stored files are (storage/search.py).  Read only: the relay
+may be running.  Blocking.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..gtid.gtid import Gtid, parse_gtid_position
+from ..storage.index import read_index, write_index
+from ..storage.search import StoredHistory
+from .archiver import ArchiveSettings, load_catalog
+from .objects import ArchivedFile, ArchivedFileReader
+from .store import ObjectStore, open_store
+
+MIB = 1 << 20
+
+
+class ArchivedHistory:
+    def __init__(self, settings: ArchiveSettings, data_dir: Path) -> None:
+        self.settings = settings
+        self.data_dir = data_dir
+        self.catalog = load_catalog(data_dir, str(settings.store.url))
+        local = read_index(data_dir)
+        # the archived files older than the oldest stored one: the history before the local one
+        self.names = sorted(name for name in self.catalog if not local or name < local[0])
+        self._store: ObjectStore | None = None
+
+    def at_time(self, moment: int, local: dict[str, Any]) -> dict[str, Any]:
+        """The local answer, or, when the local history begins after ``moment``, the archive's."""
+        if local["transaction"] is not None or not self.names:
+            return local
+        for index in reversed(range(len(self.names))):
+            name = self.names[index]
+            first = self.catalog[name].commit_lo
+            if first is not None and first > moment and index > 0:
+                continue  # it begins after the moment: an older file holds the answer
+            following = self.names[index + 1:index + 2]
+            with self._fetched([name, *following]) as searched:
+                answer = StoredHistory(searched).at_time(moment)
+            if answer["transaction"] is not None or index == 0:
+                if answer["next"] is None:
+                    answer["next"] = local["next"]
+                return answer
+        return local
+
+    def holding(self, text: str, local: dict[str, Any]) -> dict[str, Any]:
+        """MariaDB GTIDs the local history lacks, looked for in the archived file whose GTID_LIST
+        and the next one's enclose them."""
+        if "gtids" not in local or not self.names:
+            return local
+        wanted = parse_gtid_position(text)
+        missing = [entry for entry in local["gtids"] if entry["transaction"] is None]
+        files = set(local["files"])
+        for entry in missing:
+            gtid = wanted[int(entry["gtid"].split("-")[0])]
+            name = self._file_holding(gtid)
+            if name is None:
+                continue
+            with self._fetched([name]) as searched:
+                found = StoredHistory(searched).holding(str(gtid))
+            entry["transaction"] = found["gtids"][0]["transaction"]
+            files.update(found["files"])
+        local["files"] = sorted(files, key=lambda name: (name not in self.names, name))
+        return local
+
+    def _file_holding(self, gtid: Gtid) -> str | None:
+        states = [self._state(self.catalog[name]) for name in self.names]
+        for index, name in enumerate(self.names):
+            before = states[index].get((gtid.domain_id, gtid.server_id), 0)
+            after = states[index + 1].get((gtid.domain_id, gtid.server_id)) if index + 1 < len(states) else None
+            if before < gtid.seq_no and (after is None or gtid.seq_no <= after):
+                return name
+        return None
+
+    @staticmethod
+    def _state(archived: ArchivedFile) -> dict[tuple[int, int], int]:
+        state = {}
+        for text in archived.start_state or ():
+            domain, server, seq_no = map(int, text.split("-"))
+            state[(domain, server)] = seq_no
+        return state
+
+    @contextmanager
+    def _fetched(self, names: list[str]) -> Iterator[Path]:
+        """A temporary data_dir holding the archived ``names``, fetched frame by frame."""
+        if self._store is None:
+            self._store = open_store(self.settings.store)
+        with tempfile.TemporaryDirectory(prefix="binlog-relay-search-") as tmp:
+            directory = Path(tmp)
+            for name in names:
+                reader = ArchivedFileReader(self._store, name, self.settings.keks)
+                with open(directory / name, "wb") as out:
+                    for offset in range(0, reader.size, reader.meta.chunk_size):
+                        out.write(reader.read(offset, reader.meta.chunk_size))
+            write_index(directory, names)
+            yield directory
