@@ -12,13 +12,12 @@ a minute), the backlog is counted (``lag``) and uploaded in order once the store
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import trio
@@ -134,7 +133,7 @@ class Archiver:
         for name, archived in sorted(listed.items()):
             if archived.start_state is None:  # listed from the store: its GTID_LIST is read once
                 state = await trio.to_thread.run_sync(read_start_state, store, name, self.settings.keks)
-                listed[name] = dataclasses.replace(archived, start_state=state)
+                listed[name] = replace(archived, start_state=state)
         self.files = listed
         self._save_catalog()
         self.store = store
@@ -162,7 +161,7 @@ class Archiver:
             raise
         summary = self.relay_log.history.summary(name)  # the file is still stored: its index tells
         if summary is not None:
-            archived = dataclasses.replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
+            archived = replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
         self.files[name] = archived
         self._save_catalog()
         self.status.uploaded_files += 1
@@ -208,9 +207,7 @@ class Archiver:
         store = self.store or self._open_store(self.settings.store)
         try:
             reader = ArchivedFileReader(store, name, self.settings.keks)
-            with open(target, "wb") as out:
-                for offset in range(0, reader.size, reader.meta.chunk_size):
-                    out.write(reader.read(offset, reader.meta.chunk_size))
+            reader.copy_to(target)
         except ArchiveError as exc:
             self.status.failed("read")
             if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
@@ -270,10 +267,7 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
     make_durable_dir(data_dir)
     with tempfile.TemporaryDirectory(prefix=".seed-", dir=data_dir) as tmp:
         target = Path(tmp) / newest
-        reader = ArchivedFileReader(store, newest, settings.keks)
-        with open(target, "wb") as out:
-            for offset in range(0, reader.size, reader.meta.chunk_size):
-                out.write(reader.read(offset, reader.meta.chunk_size))
+        ArchivedFileReader(store, newest, settings.keks).copy_to(target)
         imported = import_binlogs(data_dir, [target]).imported[0]
     save_catalog(data_dir, str(settings.store.url), archived)  # dumps find the older files before the first listing
     if imported.next_file is not None:

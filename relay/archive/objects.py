@@ -212,6 +212,12 @@ class ArchivedFileReader:
             pieces.append(frame.piece(self._chunk(frame.index), offset, length))
         return b"".join(pieces)
 
+    def copy_to(self, target: Path) -> None:
+        """Write the whole file to ``target``, a frame at a time."""
+        with open(target, "wb") as out:
+            for offset in range(0, self.size, self.meta.chunk_size):
+                out.write(self.read(offset, self.meta.chunk_size))
+
     def _chunk(self, index: int) -> bytes:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1]

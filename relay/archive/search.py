@@ -21,8 +21,6 @@ from .archiver import ArchiveSettings, load_catalog
 from .objects import ArchivedFile, ArchivedFileReader
 from .store import ObjectStore, open_store
 
-MIB = 1 << 20
-
 
 class ArchivedHistory:
     def __init__(self, settings: ArchiveSettings, data_dir: Path) -> None:
@@ -97,9 +95,6 @@ class ArchivedHistory:
         with tempfile.TemporaryDirectory(prefix="binlog-relay-search-") as tmp:
             directory = Path(tmp)
             for name in names:
-                reader = ArchivedFileReader(self._store, name, self.settings.keks)
-                with open(directory / name, "wb") as out:
-                    for offset in range(0, reader.size, reader.meta.chunk_size):
-                        out.write(reader.read(offset, reader.meta.chunk_size))
+                ArchivedFileReader(self._store, name, self.settings.keks).copy_to(directory / name)
             write_index(directory, names)
             yield directory

@@ -13,8 +13,10 @@ line, summed up at the end of the session, and written into RELIABILITY.md's gen
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,11 +41,11 @@ LONG = SCALE == "long"
 # How many faults of each class one run injects (RELIABILITY.md has the figures of both runs).
 KILL9_CYCLES = 200 if LONG else 20
 POWER_CUTS = 200 if LONG else 20  # with storage.sync: commit
-POWER_CUTS_WEAKER = 200 if LONG else 8  # with sync: interval and none, each (what they lose is measured)
+POWER_CUTS_WEAKER = 200 if LONG else 5  # with sync: interval and none, each (what they lose is measured)
 PROXY_FAULTS_EACH = 100 if LONG else 20  # per kind and leg
 HOSTILE_CASES = 100_000 if LONG else 5_000
 ARCHIVE_KILLS = 200 if LONG else 20  # kill -9 while the archiver uploads
-STORE_DOWN_SECONDS = 180 if LONG else 15  # the archive's object store unreachable while ingest goes on
+STORE_DOWN_SECONDS = 180 if LONG else 10  # the archive's object store unreachable while ingest goes on
 
 
 
@@ -138,3 +140,45 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for figures in config.stash.get(_RECORDED, []):
         terminalreporter.write_line(figures.line())
     terminalreporter.write_line(f"the figures: {config.stash[_WRITTEN]}")
+
+
+# ------------------------------------------------------------------ a small disk
+
+DISK_MIB = 48
+
+
+def _mount(*args: str) -> None:
+    result = subprocess.run(["mount", *args], capture_output=True, text=True)
+    assert result.returncode == 0, (f"this test mounts a tmpfs and must run as root (scripts/test.sh runs the "
+                                    f"suite as root): mount {' '.join(args)} said {result.stderr.strip()!r}")
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A DISK_MIB tmpfs on tmp_path/small-disk, whose data/ directory is bind-mounted where
+    fault_relay("relay", ...) puts its data_dir (tmp_path/relay/data); the rest of the file system is
+    for the test's ballast. Unmounted at teardown, after the relay stopped (request it before fault_relay)."""
+    mount_point, data_dir = tmp_path / "small-disk", tmp_path / "relay" / "data"
+    mount_point.mkdir()
+    data_dir.mkdir(parents=True)
+    _mount("-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(mount_point))
+    mounted = [mount_point]
+    try:
+        (mount_point / "data").mkdir()
+        _mount("--bind", str(mount_point / "data"), str(data_dir))
+        mounted.append(data_dir)
+        yield mount_point
+    finally:
+        for path in reversed(mounted):
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill_disk(path: Path, free_left: int) -> None:
+    """A ballast file taking all but free_left bytes of path's file system."""
+    stats = os.statvfs(path.parent)
+    size = stats.f_bavail * stats.f_frsize - free_left
+    with open(path, "wb") as ballast:
+        chunk = b"\0" * (1 << 20)
+        while size > 0:
+            size -= ballast.write(chunk[:min(len(chunk), size)])

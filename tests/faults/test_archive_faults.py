@@ -10,6 +10,7 @@ and the replica never wait for the archive; nothing lost."""
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -20,12 +21,13 @@ from relay.archive.store import ObjectStore, open_store
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from relay.storage.index import read_index
-from tests.faults.conftest import ARCHIVE_KILLS, STORE_DOWN_SECONDS
+from tests.faults.conftest import ARCHIVE_KILLS, DISK_MIB, STORE_DOWN_SECONDS, fill_disk
 from tests.integration.test_archive import archive_config
 from tests.support.faults import SequenceLoad, converged_after_purges, metric
 from tests.support.s3 import S3Server
 
 RETENTION = {"max_size": "2M", "min_files": 2, "replica_grace": 0}
+FREE_FOR_THE_BACKLOG = 12 << 20  # of the small disk: filled by a dozen files the archive cannot take
 
 
 def _direct_store(s3: S3Server) -> ObjectStore:
@@ -139,4 +141,41 @@ def test_store_down_while_ingest_goes_on(mariadb_factory, fault_relay, fault_fig
                            f"before it was archived; the backlog ({len(backlog)} files) archived {caught_up:.1f} s "
                            f"after the store came back; all {checked} archived files decode to the primary's "
                            f"bytes; {recovery}",
+                  memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
+
+
+def test_full_disk_while_the_archive_is_behind(mariadb_factory, small_disk, fault_relay, fault_figures, s3_server):
+    """The store is down, so nothing may be purged, and data_dir fills up: ingest pauses as it does
+    on any full disk (nothing lost, nothing unarchived purged); once the store answers, the backlog
+    is archived, retention frees the disk and ingest resumes by itself."""
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
+    relay = fault_relay("relay", primary.port, archive=archive_config(s3_server), storage={"retention": RETENTION})
+    assert os.stat(relay.data_dir).st_dev == os.stat(small_disk).st_dev, "data_dir is not on the small disk"
+    replica = mariadb_factory(server_id=11)
+    attach_replica(replica, relay.port, log_file=FIRST_FILE, log_pos=4)
+    fill_disk(small_disk / "ballast", FREE_FOR_THE_BACKLOG)
+    with SequenceLoad(primary, rate=500) as load:
+        load.wait_commits(50)
+        s3_server.proxy.refuse()
+        wait_for(lambda: metric(relay, "binlog_relay_upstream_disk_full") == 1, 120, "data_dir never filled up")
+        waiting = metric(relay, "binlog_relay_archive_lag_files") or 0
+        _purged_only_once_archived(primary, relay, s3_server)
+        assert waiting >= 1 and relay.alive()
+        s3_server.proxy.accept()
+        back_at = time.monotonic()
+        wait_for(lambda: metric(relay, "binlog_relay_upstream_disk_full") == 0, 120, "ingest did not resume")
+        resumed = time.monotonic() - back_at
+        commits = load.stop()
+    recovery = converged_after_purges(primary, relay, [replica], commits)
+    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
+    checked = _archive_matches_the_primary(primary, s3_server)
+    _purged_only_once_archived(primary, relay, s3_server)
+    assert "Traceback" not in relay.log_text()
+    fault_figures("archive_disk_full",
+                  fault=f"the store down while data_dir ({DISK_MIB} MiB tmpfs, {FREE_FOR_THE_BACKLOG >> 20} MiB left "
+                        "for binlogs) fills up with files that may not be purged before they are archived",
+                  injected=f"1 full disk ({commits:,} transactions)", data_lost="0", diverged="0",
+                  recovery=f"ingest paused with {waiting:.0f} files waiting for the archive, none purged before "
+                           f"it was archived; ingest resumed {resumed:.1f} s after the store came back; all "
+                           f"{checked} archived files decode to the primary's bytes; {recovery}",
                   memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")

@@ -10,9 +10,7 @@ itself once space is freed: the relay becomes a mirror and the replica holds eve
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,52 +18,15 @@ import pytest
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from relay.storage.files import first_difference
+from tests.faults.conftest import DISK_MIB, fill_disk
 from tests.faults.proxy import FaultProxy
 from tests.support.faults import SequenceLoad, converged, metric
 from tests.support.replication import assert_healthy, dump_events
 
-DISK_MIB = 48
 FREE_AT_START_MIB = 6
 FULL_WINDOW = 8.0  # seconds the disk is kept full while the connections to the primary are counted
 MOST_CONNECTIONS_WHILE_FULL = 1
 LOAD_RATE = 2000  # transactions a second, about 1 MB/s of binlog
-
-
-def _mount(*args: str) -> None:
-    result = subprocess.run(["mount", *args], capture_output=True, text=True)
-    assert result.returncode == 0, (f"this test mounts a tmpfs and must run as root (scripts/test.sh runs the "
-                                    f"suite as root): mount {' '.join(args)} said {result.stderr.strip()!r}")
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A DISK_MIB tmpfs on tmp_path/small-disk, whose data/ directory is bind-mounted where
-    fault_relay("relay", ...) puts its data_dir (tmp_path/relay/data); the rest of the file system is
-    for the test's ballast. Unmounted at teardown, after the relay stopped (request it before fault_relay)."""
-    mount_point, data_dir = tmp_path / "small-disk", tmp_path / "relay" / "data"
-    mount_point.mkdir()
-    data_dir.mkdir(parents=True)
-    _mount("-t", "tmpfs", "-o", f"size={DISK_MIB}m", "tmpfs", str(mount_point))
-    mounted = [mount_point]
-    try:
-        (mount_point / "data").mkdir()
-        _mount("--bind", str(mount_point / "data"), str(data_dir))
-        mounted.append(data_dir)
-        yield mount_point
-    finally:
-        for path in reversed(mounted):
-            if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
-                subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(path: Path, free_left: int) -> None:
-    """A ballast file taking all but free_left bytes of path's file system."""
-    stats = os.statvfs(path.parent)
-    size = stats.f_bavail * stats.f_frsize - free_left
-    with open(path, "wb") as ballast:
-        chunk = b"\0" * (1 << 20)
-        while size > 0:
-            size -= ballast.write(chunk[:min(len(chunk), size)])
 
 
 def _not_a_prefix(primary, data_dir: Path, stored: list[str]) -> list[str]:
@@ -92,7 +53,7 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
         replica = mariadb_factory(server_id=11)
         attach_replica(replica, relay.port, log_file=FIRST_FILE, log_pos=4)
         ballast = small_disk / "ballast"
-        _fill(ballast, FREE_AT_START_MIB << 20)
+        fill_disk(ballast, FREE_AT_START_MIB << 20)
         # Small transactions, paced: unpaced, a fast machine wrote more binlog before the end of the
         # full window than the whole disk holds, and the relay could never become a mirror.
         with SequenceLoad(primary, big_every=None, rate=LOAD_RATE) as load:
