@@ -61,6 +61,19 @@ def _purged_only_once_archived(primary: Any, relay: Any, s3: S3Server) -> None:
     assert purged <= archived, f"purged locally but not archived: {sorted(purged - archived)}"
 
 
+def _recovered(primary: Any, relay: Any, replica: Any, commits: int, s3: S3Server) -> tuple[Any, int]:
+    """After the faults: the relay and the replica caught up with nothing lost, the archive too, and
+    every archived file the primary's; returns the recovery times and how many files were checked."""
+    recovery = converged_after_purges(primary, relay, [replica], commits)
+    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
+    checked = _archive_matches_the_primary(primary, s3)
+    closed = len(primary.binlog_files()) - 1
+    assert checked == closed, f"{checked} files archived of the {closed} the primary closed"
+    _purged_only_once_archived(primary, relay, s3)
+    assert "Traceback" not in relay.log_text()
+    return recovery, checked
+
+
 def test_kill9_while_uploading(mariadb_factory, fault_relay, fault_figures, s3_server):
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
     relay = fault_relay("relay", primary.port, archive=archive_config(s3_server), storage={"retention": RETENTION})
@@ -83,13 +96,7 @@ def test_kill9_while_uploading(mariadb_factory, fault_relay, fault_figures, s3_s
             relay.wait_listening()
             restarts.append(time.monotonic() - killed)
         commits = load.stop()
-    recovery = converged_after_purges(primary, relay, [replica], commits)
-    closed = len(primary.binlog_files()) - 1
-    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
-    checked = _archive_matches_the_primary(primary, s3_server)
-    assert checked == closed, f"{checked} files archived of the {closed} the primary closed"
-    _purged_only_once_archived(primary, relay, s3_server)
-    assert "Traceback" not in relay.log_text()
+    recovery, checked = _recovered(primary, relay, replica, commits, s3_server)
     fault_figures("archive_kill9",
                   fault="kill -9 of the relay while closed files wait for the archive or upload (0-0.4 s after one "
                         "is waiting), under write load, a replica attached, local retention purging",
@@ -128,11 +135,7 @@ def test_store_down_while_ingest_goes_on(mariadb_factory, fault_relay, fault_fig
         wait_for(lambda: backlog <= set(list_archive(_direct_store(s3_server))), 180, "the backlog was not uploaded")
         caught_up = time.monotonic() - back_at
         commits = load.stop()
-    recovery = converged_after_purges(primary, relay, [replica], commits)
-    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
-    checked = _archive_matches_the_primary(primary, s3_server)
-    _purged_only_once_archived(primary, relay, s3_server)
-    assert "Traceback" not in relay.log_text()
+    recovery, checked = _recovered(primary, relay, replica, commits, s3_server)
     fault_figures("archive_store_down",
                   fault="the archive's object store unreachable (connections refused at a proxy) while the primary "
                         "writes about 500 transactions a second, a replica attached, local retention on",
@@ -166,11 +169,7 @@ def test_full_disk_while_the_archive_is_behind(mariadb_factory, small_disk, faul
         wait_for(lambda: metric(relay, "binlog_relay_upstream_disk_full") == 0, 120, "ingest did not resume")
         resumed = time.monotonic() - back_at
         commits = load.stop()
-    recovery = converged_after_purges(primary, relay, [replica], commits)
-    wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
-    checked = _archive_matches_the_primary(primary, s3_server)
-    _purged_only_once_archived(primary, relay, s3_server)
-    assert "Traceback" not in relay.log_text()
+    recovery, checked = _recovered(primary, relay, replica, commits, s3_server)
     fault_figures("archive_disk_full",
                   fault=f"the store down while data_dir ({DISK_MIB} MiB tmpfs, {FREE_FOR_THE_BACKLOG >> 20} MiB left "
                         "for binlogs) fills up with files that may not be purged before they are archived",
