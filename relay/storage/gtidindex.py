@@ -129,7 +129,7 @@ class GtidIndex:
 
     def _scan(self, name: str, start: int, end: int, state: BinlogState) -> None:
         """Add the GTIDs of [start, end) of ``name`` to ``state``.  Headers only (events_of_types)."""
-        with open(self.relay_log.read_path(name) or self.relay_log.path(name), "rb") as stored:
+        with open(self.relay_log.source_path(name), "rb") as stored:
             gtid_events, _ = events_of_types(stored, start, end, _GTID_ONLY)
         for _, event in gtid_events:
             seq_no, domain_id = _GTID_SEQ_DOMAIN.unpack_from(event, ev.HEADER_LEN)

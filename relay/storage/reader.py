@@ -247,7 +247,7 @@ class TailReader:
                 "Client requested master to start replication from impossible position", file, position))
         if position in (4, end):
             return
-        with open(self.relay_log.read_path(file) or self.relay_log.path(file), "rb") as stored:
+        with open(self.relay_log.source_path(file), "rb") as stored:
             stored.seek(position)
             header = stored.read(ev.HEADER_LEN)
         if len(header) < ev.HEADER_LEN:

@@ -81,7 +81,7 @@ class RelayLog:
         self.purged_files = 0
         # the index of the stored history: written as ingest stores, read by every GTID lookup
         self.history = HistoryIndex(self.data_dir, lambda: self.files, self.file_end, index_interval,
-                                    path_of=lambda name: self.read_path(name) or self.path(name))
+                                    path_of=self.source_path)
 
     # ------------------------------------------------------------ open / recover / close
 
@@ -259,6 +259,11 @@ class RelayLog:
     def archived_only(self, name: str) -> bool:
         """``name`` is in the archive and no longer on the local disk."""
         return self.shelf is not None and name not in self.files and name in self.shelf.archived()
+
+    def source_path(self, name: str) -> Path:
+        """Where ``name``'s bytes are read: read_path, or data_dir/name for what is not fetched yet
+        (opening it then fails as for any missing file)."""
+        return self.read_path(name) or self.path(name)
 
     def read_path(self, name: str) -> Path | None:
         """Where a reader opens ``name``: the stored file, or the copy fetched back from the
