@@ -157,9 +157,21 @@ def cmd_archive(args: argparse.Namespace) -> int:
     if settings is None:
         print(f"binlog-relay archive: {args.config} has no archive.url", file=sys.stderr)
         return 1
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.rewrap:
+        from .archive.rotation import rewrap_archive
+        try:
+            rewrapped = rewrap_archive(settings.store, settings.keks, progress)
+        except (RelayError, OSError) as err:
+            print(f"binlog-relay archive --rewrap: {err}", file=sys.stderr)
+            return 1
+        print(f"re-wrapped {len(rewrapped.rewrapped)} file(s); {rewrapped.already} were under the current key "
+              f"already, {rewrapped.plain} are not encrypted")
+        return 0
     try:
-        result = archive_backlog(settings, Path(config.data_dir), lambda line: print(line, file=sys.stderr,
-                                                                                     flush=True))
+        result = archive_backlog(settings, Path(config.data_dir), progress)
     except (RelayError, OSError) as err:
         print(f"binlog-relay archive: {err}", file=sys.stderr)
         return 1
@@ -213,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     archive = commands.add_parser("archive", help="upload every closed stored file the archive lacks, with a "
                                   "progress line each (the relay stopped: a backlog archived the first time)")
     archive.add_argument("--config", required=True, help="the relay's YAML configuration (archive: and data_dir)")
+    archive.add_argument("--rewrap", action="store_true",
+                         help="key rotation instead: wrap every archived file's data key with encryption_key_file "
+                              "(old_encryption_key_files open the old wrappings); the relay may run meanwhile")
     archive.set_defaults(handler=cmd_archive)
     return parser
 

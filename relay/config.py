@@ -284,7 +284,7 @@ class ArchiveConfig:
     old_encryption_key_files: tuple[str, ...] = opt(ListOf(Str("path"), "paths"),
                                                     "Keys of earlier rotations: they open files archived under "
                                                     "them; new files use encryption_key_file.", ())
-    compression_level: int = opt(Int(1, 19), "zstd level of the archived objects.", 3)
+    compression_level: int = opt(Int(1, 19), "zstd level of the archived objects.", 1)
     retention: ArchiveRetentionConfig = section(ArchiveRetentionConfig, "When archived files are deleted.")
 
 

@@ -97,6 +97,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -110,7 +111,7 @@ from ..errors import InputError, Refusal
 
 FORMAT_VERSION = 1
 DEFAULT_CHUNK_SIZE = 4 << 20
-DEFAULT_LEVEL = 3
+DEFAULT_LEVEL = 1  # as small as level 3 on binlogs, at twice the speed (BENCHMARKS.md)
 # The seekable format's own limits (ZSTD_SEEKABLE_MAX_FRAME_DECOMPRESSED_SIZE and _MAXFRAMES):
 # they also bound what a damaged seek table can make the reader allocate.
 MAX_CHUNK_SIZE = 1 << 30
@@ -402,7 +403,8 @@ class ObjectWriter:
         self.object_id = os.urandom(16)
         self.meta: ObjectMeta | None = None
         self._name = encoded
-        self._compressor = zstandard.ZstdCompressor(level=level, write_checksum=True, write_content_size=True)
+        self.level = level
+        self._local = threading.local()
         self._cipher: AESGCM | None = None
         self._envelope: Envelope | None = None
         if kek is not None:
@@ -420,6 +422,11 @@ class ObjectWriter:
     def object_size(self) -> int:
         """Bytes of the object returned so far."""
         return self._object_size
+
+    @property
+    def frames_added(self) -> int:
+        """Data frames returned so far: the index of the next one."""
+        return self._frames
 
     def write(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         """Take the next bytes of the file; return the frames they complete (maybe none)."""
@@ -467,24 +474,48 @@ class ObjectWriter:
                                self.chunk_size, self._envelope)
         return trailer
 
-    def _frame(self, chunk: bytes | bytearray | memoryview) -> bytes:
-        index = self._frames
-        if index + 1 >= MAX_FRAMES:
-            raise ValueError(f"{self.name}: more than {MAX_FRAMES - 1} chunks; use a larger chunk_size")
-        compressed = self._compressor.compress(chunk)
-        size = len(chunk)
+    def encode(self, index: int, chunk: bytes | bytearray | memoryview) -> EncodedFrame:
+        """Chunk ``index`` of the file as its frame: compressed, and encrypted.  Thread-safe and
+        touches no state of the writer, so an uploader encodes several chunks at once (zstd and AES
+        release the GIL) and hands them to ``add`` in order."""
+        compressor = getattr(self._local, "compressor", None)
+        if compressor is None:  # a compressor per thread: they are not thread-safe
+            compressor = self._local.compressor = zstandard.ZstdCompressor(
+                level=self.level, write_checksum=True, write_content_size=True)
+        compressed = compressor.compress(chunk)
         if self._cipher is None:
-            data = compressed
+            return EncodedFrame(index, len(chunk), compressed)
+        return EncodedFrame(index, len(chunk), self._cipher.encrypt(_frame_nonce(index), compressed,
+                                                                    _frame_aad(self.object_id, index, len(chunk))))
+
+    def add(self, frame: EncodedFrame) -> bytes:
+        """Take the next frame ``encode`` made (in the file's order); return its bytes."""
+        if frame.index != self._frames:
+            raise ValueError(f"{self.name}: frame {frame.index} given where frame {self._frames} comes next")
+        if frame.index + 1 >= MAX_FRAMES:
+            raise ValueError(f"{self.name}: more than {MAX_FRAMES - 1} chunks; use a larger chunk_size")
+        if self._cipher is None:
             # zstd's content checksum is the seekable format's checksum: the frame's last 4 bytes
-            (checksum,) = _CRC.unpack_from(compressed, len(compressed) - 4)
-            self._entries += _ENTRY_WITH_CHECKSUM.pack(len(data), size, checksum)
+            (checksum,) = _CRC.unpack_from(frame.data, len(frame.data) - 4)
+            self._entries += _ENTRY_WITH_CHECKSUM.pack(len(frame.data), frame.size, checksum)
         else:
-            data = self._cipher.encrypt(_frame_nonce(index), compressed, _frame_aad(self.object_id, index, size))
-            self._entries += _ENTRY.pack(len(data), size)
+            self._entries += _ENTRY.pack(len(frame.data), frame.size)
         self._frames += 1
-        self._file_size += size
-        self._object_size += len(data)
-        return data
+        self._file_size += frame.size
+        self._object_size += len(frame.data)
+        return frame.data
+
+    def _frame(self, chunk: bytes | bytearray | memoryview) -> bytes:
+        return self.add(self.encode(self._frames, chunk))
+
+
+@dataclass(frozen=True)
+class EncodedFrame:
+    """A chunk of the file as stored: ``size`` file bytes became ``data``."""
+
+    index: int
+    size: int
+    data: bytes = field(repr=False)
 
 
 def _trailer_crc(info: bytes | memoryview, entries: bytes, footer: bytes | memoryview) -> int:

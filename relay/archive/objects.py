@@ -14,12 +14,16 @@ the archive is therefore a listing of the metas.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import logging
+import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..binlog import events as ev
 from .objectformat import (
@@ -41,9 +45,14 @@ log = logging.getLogger(__name__)
 OBJECT_DIR = "binlogs/"
 OBJECT_SUFFIX = ".zst"
 META_SUFFIX = ".meta.json"
-READ_BLOCK = 1 << 20  # bytes of the file read at a time while uploading
-VERIFY_FRAMES = 8  # frames fetched per ranged GET while verifying an upload
+ENCODE_WORKERS = min(4, os.cpu_count() or 1)  # chunks of a file compressed at once
+VERIFY_RANGE = 8 << 20  # bytes of the object per ranged GET while verifying an upload
+READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload or fetching a file back
 START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST is
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def object_key(name: str) -> str:
@@ -98,28 +107,28 @@ class UploadMismatch(ArchiveDamaged):
 
 
 def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
-           chunk_size: int = DEFAULT_CHUNK_SIZE) -> ArchivedFile:
+           chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS) -> ArchivedFile:
     """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
-    stream it into its object, read the object back and check that it decodes to the file's
-    bytes (CRC32 of the whole file), then store the meta document, which commits it."""
+    stream it into its object (``workers`` chunks compressed at once), read the object back and
+    check its bytes against what was sent (size and CRC32) and its trailer against the file, then
+    store the meta document, which commits it."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
-    sent = _FileDigest()
-    store.put(object_key(name), _object_frames(path, writer, sent))
+    sent = _Digest()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
+        store.put(object_key(name), sent.passing(_object_frames(path, writer, pool, workers)))
     meta = writer.meta
     assert meta is not None  # set by finish(), which _object_frames called
-    if sent.size != meta.file_size:
-        raise UploadMismatch(object_key(name), f"{sent.size} bytes read, the object says {meta.file_size}")
     back = _read_back_digest(store, meta, [kek] if kek is not None else [])
     if (back.size, back.crc32) != (sent.size, sent.crc32):
-        raise UploadMismatch(object_key(name), f"read back it decodes to {back.size} bytes of CRC32 "
-                                               f"{back.crc32:08x}, the file is {sent.size} of {sent.crc32:08x}")
+        raise UploadMismatch(object_key(name), f"read back it is {back.size} bytes of CRC32 {back.crc32:08x}, "
+                                               f"{sent.size} bytes of {sent.crc32:08x} were sent")
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)
     return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), start_state_of(head))
 
 
-class _FileDigest:
+class _Digest:
     def __init__(self) -> None:
         self.size = 0
         self.crc32 = 0
@@ -128,25 +137,44 @@ class _FileDigest:
         self.size += len(data)
         self.crc32 = zlib.crc32(data, self.crc32)
 
+    def passing(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            self.update(piece)
+            yield piece
 
-def _object_frames(path: Path, writer: ObjectWriter, digest: _FileDigest) -> Iterator[bytes]:
+
+def in_order(pool: Executor, work: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
+    """``work(item)`` for each item, done in ``pool``, the results in the items' order: at most
+    ``ahead`` items are taken beyond the result being waited for, so memory stays bounded."""
+    pending: collections.deque[Future[R]] = collections.deque()
+    for item in items:
+        pending.append(pool.submit(work, item))
+        if len(pending) > ahead:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+def _object_frames(path: Path, writer: ObjectWriter, pool: Executor, ahead: int) -> Iterator[bytes]:
+    """The object's bytes: the file's chunks encoded in ``pool``, ``ahead`` of the upload."""
     with open(path, "rb") as stream:
-        while block := stream.read(READ_BLOCK):
-            digest.update(block)
-            yield from writer.write(block)
+        chunks = enumerate(iter(lambda: stream.read(writer.chunk_size), b""))
+        for frame in in_order(pool, lambda numbered: writer.encode(*numbered), chunks, ahead):
+            yield writer.add(frame)
     yield writer.finish()
 
 
-def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> _FileDigest:
-    reader = open_reader(store, meta, keks)
-    digest = _FileDigest()
-    frames = reader.layout.frames
-    for first in range(0, len(frames), VERIFY_FRAMES):
-        batch = frames[first:first + VERIFY_FRAMES]
-        data = _get(store, object_key(meta.name), batch[0].object_start, batch[-1].object_end)
-        for frame in batch:
-            start = frame.object_start - batch[0].object_start
-            digest.update(reader.decode_frame(frame.index, data[start:start + frame.compressed_size]))
+def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> _Digest:
+    """Size and CRC32 of the object as the store gives it back, fetched in ranges several at once;
+    its trailer is parsed and checked against the meta on the way (open_reader)."""
+    open_reader(store, meta, keks)
+    key = object_key(meta.name)
+    ranges = [(start, min(start + VERIFY_RANGE, meta.object_size))
+              for start in range(0, meta.object_size, VERIFY_RANGE)]
+    digest = _Digest()
+    with ThreadPoolExecutor(max_workers=READ_CONCURRENCY, thread_name_prefix="archive-verify") as pool:
+        for data in in_order(pool, lambda span: _get(store, key, *span), ranges, READ_CONCURRENCY):
+            digest.update(data)
     return digest
 
 
@@ -213,19 +241,24 @@ class ArchivedFileReader:
         return b"".join(pieces)
 
     def copy_to(self, target: Path) -> None:
-        """Write the whole file to ``target``, a frame at a time."""
-        with open(target, "wb") as out:
-            for offset in range(0, self.size, self.meta.chunk_size):
-                out.write(self.read(offset, self.meta.chunk_size))
+        """Write the whole file to ``target``: READ_CONCURRENCY frames fetched and decoded at once
+        (a store's latency per GET, not its bandwidth, bounds one after another), written in order."""
+        with open(target, "wb") as out, ThreadPoolExecutor(max_workers=READ_CONCURRENCY,
+                                                            thread_name_prefix="archive-fetch") as pool:
+            for chunk in in_order(pool, self._fetch, range(len(self._reader.layout.frames)), READ_CONCURRENCY):
+                out.write(chunk)
 
     def _chunk(self, index: int) -> bytes:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1]
-        frame = self._reader.layout.frames[index]
-        data = _get(self.store, self._key, frame.object_start, frame.object_end)
-        chunk = self._reader.decode_frame(index, data)
+        chunk = self._fetch(index)
         self._cached = (index, chunk)
         return chunk
+
+    def _fetch(self, index: int) -> bytes:
+        """Frame ``index``, fetched and decoded (thread-safe)."""
+        frame = self._reader.layout.frames[index]
+        return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
 
 
 def read_start_state(store: ObjectStore, name: str, keks: Iterable[Kek]) -> tuple[str, ...]:

@@ -26,9 +26,11 @@ secret: they are built from the store's error code and text, and scrubbed of the
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import re
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -131,12 +133,15 @@ class StoreConfig:
     read_timeout: float = 60.0  # without a byte from the store: not the time of a whole transfer
     max_attempts: int = 3  # per call, with botocore's back-off; the caller's loop retries further
     multipart_threshold: int = 16 * MIB
-    part_size: int = 16 * MIB
+    part_size: int = 8 * MIB
+    upload_concurrency: int = 4  # parts of one object in flight at once
 
     def __post_init__(self) -> None:
         StoreURL.parse(self.url)
         if self.part_size < MIN_PART_SIZE:
             raise InputError(f"object store part size {self.part_size}: S3 needs at least {MIN_PART_SIZE} bytes")
+        if self.upload_concurrency < 1:
+            raise InputError(f"object store upload concurrency {self.upload_concurrency}: at least 1")
         if (self.access_key_id_file is None) != (self.secret_access_key_file is None):
             raise InputError("object store credentials: give both access_key_id_file and secret_access_key_file")
 
@@ -276,28 +281,20 @@ class S3Store:
 
     def _put_multipart(self, name: str, key: str, buffer: bytearray,
                        source: Iterator[bytes | bytearray | memoryview]) -> PutResult:
-        part_size = self.config.part_size
         try:
             upload_id = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key)["UploadId"]
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "starting the upload of", name) from None
-        parts: list[CompletedPartTypeDef] = []
-        size = 0
+        parts = _PartUploads(self._client, self.url.bucket, key, upload_id, self.config)
         try:
-            while True:
-                while len(buffer) >= part_size:
-                    size += self._upload_part(key, upload_id, parts, bytes(buffer[:part_size]))
-                    del buffer[:part_size]
-                chunk = next(source, None)
-                if chunk is None:
-                    break
-                buffer += chunk
-            if buffer or not parts:
-                size += self._upload_part(key, upload_id, parts, bytes(buffer))
+            for body in _parts(buffer, source, self.config.part_size):
+                parts.send(body)
             answer = self._client.complete_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id,
-                                                            MultipartUpload={"Parts": parts})
+                                                            MultipartUpload={"Parts": parts.completed()})
         except BaseException as exc:
-            # Whatever failed (the store, or the source of the bytes), leave no upload behind.
+            # Whatever failed (the store, or the source of the bytes), leave no upload behind: the parts
+            # still in flight first, or they could land after the abort.
+            parts.cancel()
             try:
                 self._client.abort_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id)
             except _BOTO_ERRORS:
@@ -305,17 +302,9 @@ class S3Store:
             if isinstance(exc, _BOTO_ERRORS):
                 raise self._error(exc, "uploading", name) from None
             raise  # the source's own error (reading the file, the writer), or the relay's
-        return PutResult(name, size, answer.get("ETag", ""), len(parts))
-
-    def _upload_part(self, key: str, upload_id: str, parts: list[CompletedPartTypeDef], body: bytes) -> int:
-        number = len(parts) + 1
-        if number > MAX_PARTS:
-            raise StoreAccessError(f"object store {self.where}: {key} needs more than {MAX_PARTS} parts of "
-                                   f"{self.config.part_size} bytes; raise the part size")
-        answer = self._client.upload_part(Bucket=self.url.bucket, Key=key, UploadId=upload_id, PartNumber=number,
-                                          Body=body)
-        parts.append({"PartNumber": number, "ETag": answer["ETag"]})
-        return len(body)
+        finally:
+            parts.close()
+        return PutResult(name, parts.size, answer.get("ETag", ""), len(parts.sent))
 
     def get_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``start..end-1`` of the object (fewer if the object ends before ``end``)."""
@@ -422,6 +411,67 @@ class S3Store:
         if isinstance(exc, _UNREACHABLE):
             return StoreUnavailable(f"{what}: the store is unreachable ({self._secrets.scrub(str(exc))}); {_LATER}")
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {self._secrets.scrub(str(exc))}; {_LATER}")
+
+
+def _parts(buffer: bytearray, source: Iterator[bytes | bytearray | memoryview], part_size: int) -> Iterator[bytes]:
+    """The bodies of a multipart upload: ``buffer`` then ``source`` cut into parts of ``part_size``,
+    the last one shorter (or the only one, empty, for an empty source)."""
+    sent = False
+    while True:
+        while len(buffer) >= part_size:
+            yield bytes(buffer[:part_size])
+            del buffer[:part_size]
+            sent = True
+        chunk = next(source, None)
+        if chunk is None:
+            break
+        buffer += chunk
+    if buffer or not sent:
+        yield bytes(buffer)
+
+
+class _PartUploads:
+    """The parts of one multipart upload, up to ``upload_concurrency`` in flight at once (each on
+    its own connection of the client's pool): a store's latency per part, not its bandwidth, is
+    what bounds one PUT after another.  Memory: at most that many parts, plus the one being cut."""
+
+    def __init__(self, client: S3Client, bucket: str, key: str, upload_id: str, config: StoreConfig) -> None:
+        self._client, self._bucket, self._key, self._upload_id = client, bucket, key, upload_id
+        self._part_size = config.part_size
+        self._window = config.upload_concurrency
+        self._pool = ThreadPoolExecutor(max_workers=self._window, thread_name_prefix="archive-part")
+        self._in_flight: collections.deque[Future[CompletedPartTypeDef]] = collections.deque()
+        self.sent: list[CompletedPartTypeDef] = []
+        self.size = 0
+
+    def send(self, body: bytes) -> None:
+        number = len(self.sent) + len(self._in_flight) + 1
+        if number > MAX_PARTS:
+            raise StoreAccessError(f"object store: {self._key} needs more than {MAX_PARTS} parts of "
+                                   f"{self._part_size} bytes; raise the part size")
+        while len(self._in_flight) >= self._window:
+            self.sent.append(self._in_flight.popleft().result())
+        self._in_flight.append(self._pool.submit(self._upload, number, body))
+        self.size += len(body)
+
+    def completed(self) -> list[CompletedPartTypeDef]:
+        while self._in_flight:
+            self.sent.append(self._in_flight.popleft().result())
+        return self.sent
+
+    def cancel(self) -> None:
+        """Stop what has not started and wait for what has."""
+        for future in self._in_flight:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _upload(self, number: int, body: bytes) -> CompletedPartTypeDef:
+        answer = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
+                                          PartNumber=number, Body=body)
+        return {"PartNumber": number, "ETag": answer["ETag"]}
 
 
 def _code(exc: BaseException) -> str:

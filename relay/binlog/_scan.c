@@ -31,6 +31,14 @@
  *   server stop_at_origin (-1: none).  Events of the types marked in leave_out (256 bytes)
  *   are passed over, not framed: what a primary leaves out for this replica (annotations
  *   it did not ask for).  last: the offset of the last event framed.
+ *
+ * check(block, pos, size, offset, crc_on, take) -> pos
+ *   Import and archive checks (storage/importer.check_file): passes over the whole events of
+ *   block[pos:size] (the first stored at file offset `offset`) of the types marked in take
+ *   (256 bytes) whose end position (log_pos) is their offset plus their length (mod 2^32)
+ *   and, with crc_on, whose CRC32 is good; stops before any other event, a partial one, or
+ *   one failing a check, which the Python loop then checks and reports itself.  Returns
+ *   where it stopped.  The CRCs are computed without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -395,6 +403,46 @@ static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     PyBuffer_Release(&view);
     return Py_BuildValue("(nO)", pos, found ? Py_True : Py_False);
+}
+
+static PyObject *check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("check", 6, nargs))
+        return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
+    long long offset = PyLong_AsLongLong(args[3]);
+    int crc_on = PyObject_IsTrue(args[4]);
+    if (PyErr_Occurred() || crc_on < 0)
+        return NULL;
+    if (!PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != 256) {
+        PyErr_SetString(PyExc_TypeError, "check(): take must be 256 bytes");
+        return NULL;
+    }
+    const unsigned char *take = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *block = view.buf;
+    if (size > view.len)
+        size = view.len;
+    if (pos < 0)
+        pos = 0;
+    uint32_t at = (uint32_t)offset;  /* the file offset of block[pos], mod 2^32 as log_pos is */
+    Py_BEGIN_ALLOW_THREADS
+    while (size - pos >= EVENT_HEADER) {
+        const unsigned char *event = block + pos;
+        uint32_t length = le32(event + 9);
+        if (length < EVENT_HEADER || length > (uint64_t)(size - pos) || !take[event[4]]
+                || (uint32_t)(le32(event + 13) - length) != at
+                || (crc_on && (length < EVENT_HEADER + 4 || crc32_from(0, event, length) != CRC_RESIDUE)))
+            break;
+        pos += length;
+        at += length;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(pos);
 }
 
 static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -893,6 +941,8 @@ static PyMethodDef scan_methods[] = {
      "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)"},
     {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL,
      "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
+    {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,
+     "check(block, pos, size, offset, crc_on, take) -> pos: past the whole, sound events of the types in take"},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL,
      "crc32(data, value=0) -> int, the same value as zlib.crc32(data, value)"},
     {"span_walker", (PyCFunction)span_walker_new, METH_NOARGS, "span_walker() -> a new span walker (bytearray)"},

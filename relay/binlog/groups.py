@@ -23,6 +23,10 @@ _NEUTRAL = frozenset({
 _CLOSERS = frozenset({ev.XA_PREPARE_LOG_EVENT, ev.TRANSACTION_PAYLOAD_EVENT, ev.INCIDENT_EVENT})
 _MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
 
+# Every type ends_group looks at; any other event inside a group leaves the state as it is.
+STATE_TYPES = _NEUTRAL | _CLOSERS | _MYSQL_GTIDS | {ev.QUERY_EVENT, ev.XID_EVENT, ev.GTID_EVENT,
+                                                    ev.QUERY_COMPRESSED_EVENT}
+
 _OPENERS = (b"BEGIN", b"XA START", b"XA BEGIN")
 _ENDERS = (b"COMMIT", b"ROLLBACK", b"XA COMMIT", b"XA ROLLBACK")
 

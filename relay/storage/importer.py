@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..binlog import events as ev
+from ..binlog import groups
 from ..binlog.groups import GroupTracker
 from .files import DataDirError, DataDirLock, first_difference, fsync_dir, make_durable_dir
 from .history import HistoryIndex
@@ -38,6 +39,14 @@ from .index import read_index, valid_binlog_name, write_index
 from .scan import iter_events
 from .state import Checkpoint, read_state, write_state
 
+try:
+    from ..binlog._scan import check as _compiled_check
+except ImportError:  # built without the C module: every event goes through the Python loop
+    _compiled_check = None
+
+# Inside a group, the events that never change the group state (GroupTracker.ends_group: all
+# but these types) need only their position and CRC32 checked, which the C loop does.
+_PASSED_OVER = bytes(t not in groups.STATE_TYPES for t in range(256))
 _TMP_PREFIX = ".import-"
 _NUMBERED = re.compile(r"^(.*)\.([0-9]+)$")
 _U32 = 0xFFFFFFFF
@@ -82,7 +91,18 @@ def check_file(path: Path, name: str | None = None) -> CheckedFile:
         stopped = False
         expected = 4
         group_end, last_start = 4, 4
-        for offset, event in iter_events(stream, 4, size):
+
+        def pass_over(block: memoryview, pos: int, offset: int) -> int:
+            """The events inside a group that cannot end it, checked in C (see _PASSED_OVER)."""
+            nonlocal expected
+            if _compiled_check is None or fde is None or not tracker.inside_group or next_file or stopped:
+                return pos
+            passed = int(_compiled_check(block, pos, len(block), offset, fde.checksum_alg == ev.CHECKSUM_CRC32,
+                                         _PASSED_OVER))
+            expected += passed - pos
+            return passed
+
+        for offset, event in iter_events(stream, 4, size, pass_over=pass_over):
             if offset != expected:  # iter_events never skips; kept as a guard on its contract
                 raise BinlogImportError(f"{name}: event at position {offset}, expected one at {expected}")
             etype = event[4]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from ..binlog import events as ev
@@ -18,12 +18,18 @@ BLOCK_SIZE = 1 << 20
 _LENGTH = struct.Struct("<I")
 
 
-def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE
+PassOver = Callable[[memoryview, int, int], int]
+
+
+def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE, pass_over: PassOver | None = None
                 ) -> Iterator[tuple[int, memoryview]]:
     """Yield (offset, event) for every whole event in [start, end) of an open binlog file.
 
     Reads ``block_size`` at a time and slices events out of each block; an event larger
-    than a block is read whole.  Stops silently at a partial event (a torn tail)."""
+    than a block is read whole.  Stops silently at a partial event (a torn tail).
+    ``pass_over(block, pos, offset)``, asked before each event, returns where in the block
+    the next event to yield is: the events it passes over (checked by the caller's C loop,
+    say) are not yielded."""
     offset = start
     while offset + ev.HEADER_LEN <= end:
         stream.seek(offset)
@@ -32,6 +38,10 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
             return  # the file is shorter than the caller thought
         pos = 0
         while pos + ev.HEADER_LEN <= len(block):
+            if pass_over is not None:
+                pos = pass_over(block, pos, offset + pos)
+                if pos + ev.HEADER_LEN > len(block):
+                    break
             length = int.from_bytes(block[pos + 9 : pos + 13], "little")
             if length < ev.HEADER_LEN:
                 return  # garbage: the caller's checks report it

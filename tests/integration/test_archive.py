@@ -49,8 +49,10 @@ def write_files(primary: Any, count: int, table: str = "t") -> None:
 
 
 def relay_holds_the_primarys_newest(relay: Any, primary: Any) -> bool:
+    """The relay stores the primary's newest file, up to the primary's end of it."""
     names = read_index(relay.data_dir)
-    return bool(names) and names[-1] == primary.binlog_files()[-1][0]
+    newest, size = primary.binlog_files()[-1]
+    return bool(names) and names[-1] == newest and (relay.data_dir / newest).stat().st_size == size
 
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
@@ -249,20 +251,26 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     assert "Traceback" not in second.log_text()
 
 
-def test_the_archive_command_uploads_a_relays_backlog_with_a_progress_line(
+def test_the_archive_command_uploads_a_relays_backlog_and_rotates_its_key(
         mariadb_factory, relay_factory, s3_server, tmp_path):
-    """A relay that ran without an archive: `binlog-relay archive` uploads its closed files, a
-    progress line after each; refused while the relay holds the data_dir."""
+    """A relay that ran without an archive: `binlog-relay archive` uploads its closed files,
+    encrypted, a progress line after each; refused while the relay holds the data_dir.  Then the
+    key is rotated (`--rewrap`): the files open with the new key alone, no longer with the old."""
     import sys
 
     import yaml
+
+    from relay.archive.objectformat import ArchiveKeyError
 
     primary = mariadb_factory(server_id=1)
     relay = relay_factory("relay", primary.port)
     write_files(primary, 3)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    old_key, new_key = tmp_path / "old.key", tmp_path / "new.key"
+    for key in (old_key, new_key):
+        key.write_bytes(os.urandom(32))
     config_path = tmp_path / "with-archive.yaml"
-    config_path.write_text(yaml.safe_dump({**relay.config, "archive": archive_config(s3_server)}))
+    config_path.write_text(yaml.safe_dump({**relay.config, "archive": archive_config(s3_server, old_key)}))
     command = [sys.executable, "-m", "relay.cli", "archive", "--config", str(config_path)]
     busy = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert busy.returncode == 1 and "in use" in busy.stderr, busy.stderr
@@ -274,11 +282,25 @@ def test_the_archive_command_uploads_a_relays_backlog_with_a_progress_line(
     assert len(progress) == len(closed) and progress[-1].startswith(f"archived {len(closed)}/{len(closed)} files")
     store = open_store(s3_server.store_config(prefix="relay"))
     assert sorted(list_archive(store)) == closed
+    old_only, new_only = read_keks(str(old_key), []), read_keks(str(new_key), [])
     for name in closed:
-        reader = ArchivedFileReader(store, name, ())
+        reader = ArchivedFileReader(store, name, old_only)
         assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes()
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and f"{len(closed)} were archived already" in again.stdout, again.stdout
+
+    rotated = {**archive_config(s3_server, new_key), "old_encryption_key_files": [str(old_key)]}
+    config_path.write_text(yaml.safe_dump({**relay.config, "archive": rotated}))
+    rewrap = subprocess.run(command + ["--rewrap"], capture_output=True, text=True, timeout=120)
+    assert rewrap.returncode == 0 and f"re-wrapped {len(closed)} file(s)" in rewrap.stdout, rewrap.stderr
+    assert len([line for line in rewrap.stderr.splitlines() if line.startswith("re-wrapped ")]) == len(closed)
+    for name in closed:
+        reader = ArchivedFileReader(store, name, new_only)
+        assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes()
+        with pytest.raises(ArchiveKeyError):
+            ArchivedFileReader(store, name, old_only)
+    twice = subprocess.run(command + ["--rewrap"], capture_output=True, text=True, timeout=60)
+    assert twice.returncode == 0 and f"{len(closed)} were under the current key already" in twice.stdout
 
 
 def test_gtid_starts_in_files_only_the_archive_holds_are_the_primarys(mariadb_factory, relay_factory, s3_server):

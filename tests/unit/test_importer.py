@@ -276,3 +276,40 @@ def test_another_file_of_the_same_name_does_not_replace_the_stored_one(tmp_path)
     shutil.copy(MYSQL / "minimal_row_metadata.000001", other)  # same server_id, other bytes
     refused(data_dir, [other], "time_issue.000001 differs from the stored copy at position",
             "refusing to mix two histories")
+
+
+# --------------------------------------------------------------------------- the C loop's share
+
+def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import relay.storage.importer as importer
+    monkeypatch.setattr(importer, "_compiled_check", None)
+
+
+CHECKED_FILES = [MYSQL / name for name in MYSQL_FILES] + [MARIADB, *sorted(MARIADB_ROWS.glob("*.binlog"))]
+
+
+@pytest.mark.parametrize("path", CHECKED_FILES, ids=lambda path: path.name)
+def test_the_c_loop_and_the_python_loop_learn_the_same(path, monkeypatch):
+    import relay.storage.importer as importer
+    assert importer._compiled_check is not None, "the C module is not built (python3 setup.py build_ext --inplace)"
+    with_c = check_file(path)
+    _python_only(monkeypatch)
+    assert check_file(path) == with_c
+
+
+@pytest.mark.parametrize("python_only", [False, True], ids=["C", "Python"])
+def test_an_event_inside_a_group_at_the_wrong_position_is_refused(tmp_path, monkeypatch, python_only):
+    if python_only:
+        _python_only(monkeypatch)
+    origin = MYSQL / "mysql-enum-string-set.000001"
+    offset, event = file_events(origin.read_bytes())[9]  # the insert's WRITE_ROWS event, inside its group
+
+    def wrong_end(data: bytearray) -> None:  # log_pos one byte on, the CRC32 made good again
+        end = int.from_bytes(data[offset + 13:offset + 17], "little") + 1
+        data[offset + 13:offset + 17] = end.to_bytes(4, "little")
+        body = bytes(data[offset:offset + len(event) - 4])
+        data[offset + len(event) - 4:offset + len(event)] = zlib.crc32(body).to_bytes(4, "little")
+
+    path = damaged(tmp_path, origin, origin.name, wrong_end)
+    refused(tmp_path / "data", [path], f"event write_rows at position {offset} (length {len(event)}) says it ends "
+                                       f"at {offset + len(event) + 1}")
