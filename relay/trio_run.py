@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -39,3 +40,15 @@ def lone_exceptions() -> Iterator[None]:
             raise
         # `from lone.__cause__` keeps its own cause and leaves the group out of the traceback.
         raise lone from lone.__cause__
+
+
+# trio 0.23 renamed to_thread.run_sync's ``cancellable`` to ``abandon_on_cancel``.
+_ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters \
+    else "cancellable"
+
+
+async def run_abandonable(sync_fn: Callable[..., T], *args: object) -> T:
+    """trio.to_thread.run_sync(sync_fn, *args), given up when the calling task is cancelled: the
+    thread runs on to its own end, and its result is lost (the caller tells it to stop)."""
+    result: T = await trio.to_thread.run_sync(sync_fn, *args, **{_ABANDON: True})
+    return result

@@ -201,13 +201,13 @@ class Archiver:
 
     # ------------------------------------------------------------ reading back
 
-    def fetch_file(self, name: str, target: Path) -> None:
+    def fetch_file(self, name: str, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
         """Write the archived ``name`` to ``target``, frame by frame, each verified (blocking: for
-        a worker thread; relay/storage/shelf.py calls it for the dumps)."""
+        a worker thread; relay/storage/shelf.py calls it for the dumps).  ``stop``: see copy_to."""
         store = self.store or self._open_store(self.settings.store)
         try:
             reader = ArchivedFileReader(store, name, self.settings.keks)
-            reader.copy_to(target)
+            reader.copy_to(target, stop)
         except ArchiveError as exc:
             self.status.failed("read")
             if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):

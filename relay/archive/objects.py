@@ -102,6 +102,10 @@ def start_state_of(head: bytes) -> tuple[str, ...]:
     return ()
 
 
+class FetchStopped(Exception):
+    """A copy of an archived file was stopped halfway: its readers went away."""
+
+
 class UploadMismatch(ArchiveDamaged):
     """What the store holds after an upload is not what was sent: the upload is not committed."""
 
@@ -240,12 +244,15 @@ class ArchivedFileReader:
             pieces.append(frame.piece(self._chunk(frame.index), offset, length))
         return b"".join(pieces)
 
-    def copy_to(self, target: Path) -> None:
+    def copy_to(self, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
         """Write the whole file to ``target``: READ_CONCURRENCY frames fetched and decoded at once
-        (a store's latency per GET, not its bandwidth, bounds one after another), written in order."""
+        (a store's latency per GET, not its bandwidth, bounds one after another), written in order.
+        ``stop()`` is asked before each frame: True ends the copy with FetchStopped."""
         with open(target, "wb") as out, ThreadPoolExecutor(max_workers=READ_CONCURRENCY,
                                                             thread_name_prefix="archive-fetch") as pool:
             for chunk in in_order(pool, self._fetch, range(len(self._reader.layout.frames)), READ_CONCURRENCY):
+                if stop():
+                    raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
                 out.write(chunk)
 
     def _chunk(self, index: int) -> bytes:

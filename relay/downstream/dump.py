@@ -206,7 +206,7 @@ class Dump:
                     await self._send_run(reader, outbound, step.end)
                 elif isinstance(step, FetchArchived):
                     await self.flush()
-                    await self._fetch_archived(step.file)
+                    await self._fetch_archived(step.file, acks_watch=self.wants_acks)
                 elif not self.request.blocking:
                     self.conn.send_eof()
                     await self.flush()
@@ -217,16 +217,43 @@ class Dump:
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
 
-    async def _fetch_archived(self, file: str) -> None:
-        """An archived file the dump reaches is fetched back (once for every dump reading it)."""
+    async def _fetch_archived(self, file: str, acks_watch: bool = False) -> None:
+        """An archived file the dump reaches is fetched back (once for every dump reading it).  A
+        client that leaves meanwhile stops the fetch: the ACK reader sees it go (``acks_watch``),
+        or else a watch of the connection, where a dump's client sends nothing but ACKs."""
         shelf = self.context.relay_log.shelf
         assert shelf is not None  # only a relay log with an archive names archived files
         try:
-            await shelf.fetch(file)
+            if acks_watch or self.receive is None:
+                await shelf.fetch(file)
+            else:
+                await self._unless_client_leaves(shelf.fetch(file))
         except ArchiveReadError as exc:
             log.error("downstream %s: %s", self.state.peer, exc)
             raise DumpError(f"{exc}; the first event '{file}' at 4, the last event read from '{file}' at 4, "
                             f"the last byte read from '{file}' at 4.") from None
+
+    async def _unless_client_leaves(self, work: Awaitable[object]) -> None:
+        receive = self.receive
+        assert receive is not None
+        left = False
+
+        async def watch(done: trio.CancelScope) -> None:
+            nonlocal left
+            try:
+                await receive()  # the connection closed (b""), or a client spoke out of turn
+            except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+                pass  # reset rather than closed: gone all the same
+            left = True
+            done.cancel()
+
+        with lone_exceptions():  # the fetch's own error (ArchiveReadError), not a group of one
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, nursery.cancel_scope)
+                await work
+                nursery.cancel_scope.cancel()
+        if left:
+            raise trio.ClosedResourceError("the client left while an archived file was fetched for it")
 
     def _damaged(self, damage: StoredFileDamaged) -> DumpError:
         log.error("stored binlog file %s is damaged at %d, not served: %s", damage.file, damage.position, damage)

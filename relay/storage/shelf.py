@@ -5,7 +5,8 @@ local file) asks the shelf for it: the file is fetched once, frame by frame (ran
 frame verified: memory stays at one frame whatever the file's size), into
 ``data_dir/archive-cache/``, and read from there like any closed file.  Dumps asking for the same
 file at once share one fetch.  At most ``keep`` copies stay, the least recently used leaving first,
-never one a dump reads; the shelf is emptied at start (a copy is only ever a cache).
+never one a dump reads; the shelf is emptied at start (a copy is only ever a cache).  A fetch is
+the dump's: when it is cancelled (its client went away) the fetch stops at its next frame.
 
 What fetches is given (``fetch_file``, blocking, run in a worker thread), so storage does not know
 the object store: the relay's wiring hands it the archiver's.
@@ -13,8 +14,10 @@ the object store: the relay's wiring hands it the archiver's.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -23,6 +26,7 @@ import trio
 
 from ..archive.objects import ArchivedFile
 from ..errors import Refusal, RelayError
+from ..trio_run import run_abandonable
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class ArchiveReadError(Refusal):
 
 class ArchiveShelf:
     def __init__(self, data_dir: Path, archived: Callable[[], Mapping[str, ArchivedFile]],
-                 fetch_file: Callable[[str, Path], None], keep: int = DEFAULT_KEEP) -> None:
+                 fetch_file: Callable[[str, Path, Callable[[], bool]], None], keep: int = DEFAULT_KEEP) -> None:
         self.dir = Path(data_dir) / CACHE_DIR
         self.archived = archived  # every archived file, by name
         self.fetch_file = fetch_file
@@ -46,6 +50,7 @@ class ArchiveShelf:
         self._copies: OrderedDict[str, Path] = OrderedDict()  # least recently used first
         self._readers: dict[str, int] = {}
         self._fetching: dict[str, trio.Lock] = {}
+        self._fetch_numbers = itertools.count()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def names_before(self, first_local: str | None) -> list[str]:
@@ -75,17 +80,30 @@ class ArchiveShelf:
             if path is not None:
                 return path
             self.dir.mkdir(exist_ok=True)
-            path, partial = self.dir / name, self.dir / f"{name}.part"
+            path = self.dir / name
+            # A copy's own name: a stopped fetch may still be writing its copy when the next starts.
+            partial = self.dir / f"{name}.{next(self._fetch_numbers)}.part"
+            stop = threading.Event()
             try:
-                await trio.to_thread.run_sync(self.fetch_file, name, partial)
+                await run_abandonable(self._fetch_into, name, partial, stop)
                 partial.rename(path)
             except (RelayError, OSError) as exc:
                 partial.unlink(missing_ok=True)
                 raise ArchiveReadError(f"could not read {name} back from the archive: {exc}") from exc
+            except trio.Cancelled:
+                stop.set()  # the dump that asked is gone: the thread stops at its next frame
+                raise
             self._copies[name] = path
             self._evict()
             log.info("archive: %s fetched back for a dump (%d bytes)", name, path.stat().st_size)
             return path
+
+    def _fetch_into(self, name: str, partial: Path, stop: threading.Event) -> None:
+        try:
+            self.fetch_file(name, partial, stop.is_set)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
 
     def reading(self, name: str) -> None:
         self._readers[name] = self._readers.get(name, 0) + 1

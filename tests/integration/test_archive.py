@@ -210,6 +210,19 @@ def test_a_damaged_archived_object_is_never_served(mariadb_factory, relay_factor
     assert not sent.exists() or original.startswith(sent.read_bytes()[:4]) and sent.stat().st_size <= 4
     assert metric(relay, "binlog_relay_archive_damaged_reads_total") >= 1
     assert "damaged" in relay.log_text() or "fails" in relay.log_text()
+    # a client that leaves while its file is fetched (the store hung) ends its dump and the fetch at once
+    s3_server.proxy.blackhole()
+    dumps = relay.log_text().count("dump for server_id")
+    leaving = subprocess.Popen(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host",
+                                LOOPBACK, "--port", str(relay.port), "--user", REPL_USER,
+                                f"--password={REPL_PASSWORD}", f"--result-file={tmp_path}/leaving-", only_archived[1]])
+    wait_for(lambda: relay.log_text().count("dump for server_id") > dumps, 30, "the dump did not start")
+    leaving.kill()
+    leaving.wait()
+    wait_for(lambda: "the client left while an archived file was fetched" in relay.log_text(), 10,
+             "the dump went on fetching for a client that had left")
+    assert not list((relay.data_dir / "archive-cache").glob(f"{only_archived[1]}*"))  # its partial copy is gone
+    s3_server.proxy.heal()
     # the other files are still served
     later = _mariadb_binlog(relay.port, only_archived[1], tmp_path / "raw-later")
     assert later.returncode == 0, later.stderr
