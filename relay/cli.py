@@ -74,9 +74,16 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
             return 1
     else:
         password = sys.stdin.readline().rstrip("\r\n")
-    from .protocol.auth import native_password_hash
+    from .protocol.auth import ed25519_password_hash, native_password_hash
 
-    print(native_password_hash(password))
+    if args.plugin != "ed25519":
+        print(native_password_hash(password))
+    elif not password:
+        # MariaDB keeps an empty string for PASSWORD(''), with which no ed25519 login succeeds
+        print("binlog-relay: an ed25519 account needs a password", file=sys.stderr)
+        return 1
+    else:
+        print(ed25519_password_hash(password))
     return 0
 
 
@@ -192,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", required=True)
     check.set_defaults(handler=cmd_check_config)
     hashp = commands.add_parser("hash-password",
-                                help="print the mysql_native_password hash of a password read from stdin")
+                                help="print the users[].password_hash of a password read from stdin")
+    hashp.add_argument("--plugin", choices=("mysql_native_password", "ed25519"), default="mysql_native_password",
+                       help="the authentication plugin whose hash to print: mysql_native_password's as PASSWORD() "
+                            "gives it, or ed25519's as mysql.user keeps it (default: %(default)s)")
     hashp.set_defaults(handler=cmd_hash_password)
     demo = commands.add_parser("demo",
                                help="a local MariaDB primary, the relay and a replica of it, live figures, a verdict")

@@ -28,7 +28,7 @@ from typing import Any
 from .archive import keys as archive_keys
 from .binlog.names import BINLOG_NAME
 from .errors import InputError
-from .protocol.auth import native_hash_of, native_password_hash, sha2_hash_of
+from .protocol.auth import ed25519_key_of, native_hash_of, native_password_hash, sha2_hash_of
 from .schema import (
     INVALID,
     Bool,
@@ -89,10 +89,11 @@ MAX_UINT32 = 2**32 - 1
 # --------------------------------------------------------------------------------------------
 
 
-class _NativeHash(Kind):
-    """mysql_native_password hash as stored in mysql.user: '*' + 40 hex digits."""
+class _PasswordHash(Kind):
+    """A password hash as stored in mysql.user: mysql_native_password's '*' + 40 hex digits, or
+    ed25519's 43 base64 characters (its public key).  The form decides the account's plugin."""
 
-    label = "'*' + 40 hex digits"
+    label = "'*' + 40 hex digits, or 43 base64 characters (ed25519)"
     env_verbatim = True
     _FORM = re.compile(r"\*[0-9A-Fa-f]{40}")
 
@@ -100,9 +101,12 @@ class _NativeHash(Kind):
         # Equivalent to a password for offline guessing, so never echoed either.
         if not isinstance(value, str):
             raise Invalid("expected a string")
-        if not self._FORM.fullmatch(value):
-            raise Invalid("expected '*' followed by 40 hex digits (the form PASSWORD() returns)")
-        return value.upper()
+        if self._FORM.fullmatch(value):
+            return value.upper()
+        if ed25519_key_of(value) is not None:
+            return value[:43]  # base64 is case-sensitive; the padding '=' is optional, as MariaDB drops it
+        raise Invalid("expected '*' followed by 40 hex digits (the form PASSWORD() returns), or the 43 base64 "
+                      "characters of an ed25519 public key (what mysql.user keeps for ed25519)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +204,9 @@ class UserConfig:
     password: Secret | None = opt(SecretStr(), "Its password (or give password_hash or password_file).",
                                    None, nullable=True)
     # Not a Secret (it is what mysql.user shows), but kept out of repr all the same.
-    password_hash: str | None = opt(_NativeHash(), "mysql_native_password hash, '*' + 40 hex digits.",
+    password_hash: str | None = opt(_PasswordHash(), "mysql_native_password hash ('*' + 40 hex digits) or ed25519 "
+                                     "hash (43 base64 characters: the user logs in with client_ed25519 only); "
+                                     "`binlog-relay hash-password [--plugin ed25519]` prints either.",
                                      None, nullable=True, repr=False)
     password_file: str | None = opt(Str("path"), "File holding the password, read at load time (one trailing "
                                      "newline stripped). From the environment: BINLOG_RELAY_USERS_<NAME>_PASSWORD or "
@@ -208,10 +214,11 @@ class UserConfig:
                                      None, nullable=True)
     admin: bool = opt(Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary).", False)
 
-    def native_hash(self) -> bytes:
-        """SHA1(SHA1(password)), the 20 bytes mysql_native_password checks against; b"" = no password."""
+    def native_hash(self) -> bytes | None:
+        """SHA1(SHA1(password)), the 20 bytes mysql_native_password checks against; b"" = no password;
+        None for an ed25519 user."""
         if self.password_hash is not None:
-            return bytes.fromhex(self.password_hash[1:])
+            return bytes.fromhex(self.password_hash[1:]) if self.password_hash.startswith("*") else None
         if self.password is None:
             return b""
         return native_hash_of(self.password.reveal().encode("utf-8"))
@@ -221,6 +228,12 @@ class UserConfig:
         if self.password is None:
             return None
         return sha2_hash_of(self.password.reveal().encode("utf-8"))
+
+    def ed25519_key(self) -> bytes | None:
+        """The public key of an ed25519 user (password_hash in that form), None for the others."""
+        if self.password_hash is None or self.password_hash.startswith("*"):
+            return None
+        return ed25519_key_of(self.password_hash)
 
 
 @dataclass(frozen=True, kw_only=True)

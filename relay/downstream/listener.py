@@ -34,7 +34,7 @@ DEFAULT_VERSION = "5.5.5-10.11.0-MariaDB-log"
 
 
 def user_directory(config: Config) -> Callable[[str], proto.Credentials | None]:
-    credentials = {user.name: proto.Credentials(user.native_hash(), user.caching_sha2_hash())
+    credentials = {user.name: proto.Credentials(user.native_hash(), user.caching_sha2_hash(), user.ed25519_key())
                    for user in config.users}
     return credentials.get
 

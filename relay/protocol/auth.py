@@ -1,11 +1,19 @@
-"""Authentication plugin arithmetic (docs/protocol.md 2.3, 2.4): scrambles in, tokens out."""
+"""Authentication plugin arithmetic (docs/protocol.md 2.3 to 2.5): scrambles in, tokens out."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
+import re
+
+from . import ed25519
 
 NATIVE_PASSWORD = "mysql_native_password"
 CACHING_SHA2_PASSWORD = "caching_sha2_password"
+CLIENT_ED25519 = "client_ed25519"  # the client side of MariaDB's ed25519 plugin: its name on the wire
+ED25519_NONCE_BYTES = 32
+_ED25519_HASH = re.compile(r"[A-Za-z0-9+/]{43}=?")
 
 
 def _xor(left: bytes, right: bytes) -> bytes:
@@ -76,6 +84,36 @@ def rsa_decrypt_password(ciphertext: bytes, scramble: bytes, private_key_pem: by
         return None
     mask = (scramble[:20] * (len(plain) // 20 + 1))[: len(plain)]
     return _xor(plain, mask).rstrip(b"\x00")
+
+
+def ed25519_token(password: bytes, nonce: bytes) -> bytes:
+    """client_ed25519: the 64-byte signature of the server's 32-byte nonce with the password's key."""
+    return ed25519.sign(password, nonce)
+
+
+def ed25519_check(token: bytes, nonce: bytes, public_key: bytes) -> bool:
+    """Server side: ``public_key`` is what ``ed25519_password_hash`` encodes."""
+    return ed25519.verify(public_key, nonce, token)
+
+
+def new_ed25519_nonce() -> bytes:
+    """32 random bytes, any values (the plugin's data is length-delimited, as MariaDB sends it)."""
+    return os.urandom(ED25519_NONCE_BYTES)
+
+
+def ed25519_password_hash(password: str) -> str:
+    """What MariaDB keeps for ``IDENTIFIED VIA ed25519 USING PASSWORD(...)``: the base64 of the
+    password's public key without its padding ``=``, 43 characters."""
+    return base64.b64encode(ed25519.public_key(password.encode("utf-8"))).decode("ascii").rstrip("=")
+
+
+def ed25519_key_of(password_hash: str) -> bytes | None:
+    """The public key an ed25519 hash stands for; None unless it is 43 base64 characters (a
+    trailing ``=`` allowed) that name a point of the curve."""
+    if not _ED25519_HASH.fullmatch(password_hash):
+        return None
+    key = base64.b64decode(password_hash[:43] + "=")
+    return key if ed25519.is_public_key(key) else None
 
 
 def native_hash_of(password: bytes) -> bytes:

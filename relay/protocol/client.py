@@ -181,6 +181,11 @@ class ClientConnection:
             return auth.native_password_token(self._password, scramble)
         if plugin == auth.CACHING_SHA2_PASSWORD:
             return auth.caching_sha2_token(self._password, scramble)
+        if plugin == auth.CLIENT_ED25519:
+            if len(scramble) != auth.ED25519_NONCE_BYTES:
+                raise ProtocolError(f"the server sent a {len(scramble)}-byte client_ed25519 nonce, "
+                                    f"not {auth.ED25519_NONCE_BYTES}")
+            return auth.ed25519_token(self._password, scramble)
         raise AuthenticationError(f"the server asked for the authentication plugin {plugin!r}, "
                                   "which binlog-relay does not support")
 

@@ -93,7 +93,7 @@ def build_handshake_response(capabilities: int, user: str, auth_token: bytes, au
 @dataclass(frozen=True)
 class AuthSwitchRequest:
     plugin: str
-    data: bytes
+    data: bytes  # verbatim: a 20-byte scramble and a NUL for the SHA plugins, a 32-byte nonce for ed25519
 
 
 def parse_auth_switch(payload: memoryview | bytes) -> AuthSwitchRequest:
@@ -101,10 +101,8 @@ def parse_auth_switch(payload: memoryview | bytes) -> AuthSwitchRequest:
     if len(data) < 2:
         raise ProtocolError("server asked for the old pre-4.1 authentication, which is not supported")
     plugin, pos = read_nul_str(data, 1)
-    scramble = data[pos:]
-    if scramble.endswith(b"\x00"):
-        scramble = scramble[:-1]
-    return AuthSwitchRequest(plugin.decode("ascii", "replace"), scramble)
+    # Not stripped of a trailing NUL: ed25519's random nonce may end with one.
+    return AuthSwitchRequest(plugin.decode("ascii", "replace"), data[pos:])
 
 
 def client_capabilities() -> int:
@@ -198,5 +196,7 @@ def _read_attributes(data: bytes, pos: int) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def build_auth_switch(plugin: str, scramble: bytes) -> bytes:
-    return bytes((AUTH_SWITCH_REQUEST,)) + plugin.encode("ascii") + b"\x00" + scramble + b"\x00"
+def build_auth_switch(plugin: str, data: bytes) -> bytes:
+    """``data`` is sent as is: a scramble ends with a NUL as mariadbd sends it, ed25519's nonce
+    does not (its clients take every byte after the plugin name as the nonce)."""
+    return bytes((AUTH_SWITCH_REQUEST,)) + plugin.encode("ascii") + b"\x00" + data

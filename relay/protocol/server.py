@@ -82,14 +82,16 @@ from .resultset import build_result_set
 
 @dataclass(frozen=True)
 class Credentials:
-    native_hash: bytes  # SHA1(SHA1(password)), b"" for an empty password
+    native_hash: bytes | None  # SHA1(SHA1(password)), b"" for an empty password; None for an ed25519 account
     sha2_hash: bytes | None = None  # SHA256(SHA256(password)) when the plaintext was configured
+    ed25519_key: bytes | None = None  # an ed25519 account's public key: it logs in with client_ed25519 only
 
 
 class _State(enum.Enum):
     HANDSHAKE = "handshake"
     TLS = "tls"
     AUTH_SWITCH = "auth switch"
+    ED25519 = "client_ed25519 signature"
     SHA2_FULL_AUTH = "caching_sha2 full authentication"
     COMMAND = "command"
     DUMPING = "dumping"
@@ -134,6 +136,7 @@ class ServerConnection:
         self._event_rest = 0  # bytes still to come of an event streamed in pieces (start_event)
         self._state = _State.HANDSHAKE
         self._pending_login: tuple[str, str | None, tuple[tuple[str, str], ...]] | None = None
+        self._ed25519_nonce = b""
         self._tls_available = tls_available
         capabilities = SERVER_CAPABILITIES | (CLIENT_SSL if tls_available else 0)
         self.semi_sync = False  # the client asked for semi-sync: events carry ef 00 (never an ACK request)
@@ -196,6 +199,8 @@ class ServerConnection:
             return self._on_auth_switch_reply(payload)
         if self._state is _State.SHA2_FULL_AUTH:
             return self._on_sha2_full_auth(bytes(payload))
+        if self._state is _State.ED25519:
+            return self._on_ed25519_signature(bytes(payload))
         return self._on_command(payload)
 
     # ------------------------------------------------------------ login
@@ -214,10 +219,17 @@ class ServerConnection:
         except ProtocolError:
             return self._refuse("", ER_HANDSHAKE_ERROR, "Bad handshake", "08S01")
         self._pending_login = (response.user, response.database, response.attributes)
+        credentials = self._lookup_user(response.user)
+        if credentials is not None and credentials.ed25519_key is not None:
+            # As mariadbd for an account IDENTIFIED VIA ed25519, whatever plugin the client began
+            # with: a switch to client_ed25519 with a fresh nonce, which the client signs.
+            self._ed25519_nonce = auth.new_ed25519_nonce()
+            self._send(build_auth_switch(auth.CLIENT_ED25519, self._ed25519_nonce))
+            self._state = _State.ED25519
+            return None
         if response.auth_plugin == auth.NATIVE_PASSWORD or not response.auth_plugin:
             return self._finish_login(auth.NATIVE_PASSWORD, response.auth_response)
         if response.auth_plugin == auth.CACHING_SHA2_PASSWORD:
-            credentials = self._lookup_user(response.user)
             if credentials is not None and credentials.sha2_hash is not None:
                 cached = response.user in self._sha2_cache or not credentials.sha2_hash
                 if cached or (self._rsa_key_pair is None and not self._tls_active):
@@ -230,7 +242,7 @@ class ServerConnection:
                 self._state = _State.SHA2_FULL_AUTH
                 return None
         # Any other plugin, or sha2 without a sha2 hash: ask for mysql_native_password.
-        self._send(build_auth_switch(auth.NATIVE_PASSWORD, self._scramble))
+        self._send(build_auth_switch(auth.NATIVE_PASSWORD, self._scramble + b"\x00"))
         self._state = _State.AUTH_SWITCH
         return None
 
@@ -269,6 +281,14 @@ class ServerConnection:
 
     def _on_auth_switch_reply(self, payload: memoryview) -> object:
         return self._finish_login(auth.NATIVE_PASSWORD, bytes(payload))
+
+    def _on_ed25519_signature(self, signature: bytes) -> object:
+        assert self._pending_login is not None
+        credentials = self._lookup_user(self._pending_login[0])
+        if (credentials is not None and credentials.ed25519_key is not None
+                and auth.ed25519_check(signature, self._ed25519_nonce, credentials.ed25519_key)):
+            return self._logged_in()
+        return self._refuse_login(using=True)  # the plugin always counts as a password used, as MariaDB's
 
     def _finish_login(self, plugin: str, token: bytes) -> object:
         assert self._pending_login is not None
@@ -422,7 +442,8 @@ def _token_matches(plugin: str, token: bytes, scramble: bytes, credentials: Cred
     if plugin == auth.CACHING_SHA2_PASSWORD:
         return credentials.sha2_hash is not None and auth.caching_sha2_check(token, scramble,
                                                                            credentials.sha2_hash)
-    return auth.native_password_check(token, scramble, credentials.native_hash)
+    return credentials.native_hash is not None and auth.native_password_check(token, scramble,
+                                                                                credentials.native_hash)
 
 
 def _parse_register_slave(body: bytes) -> RegisterSlave:

@@ -1,5 +1,6 @@
 """relay.config: loading, defaults, error messages, environment overrides, secrets."""
 
+import base64
 import copy
 import dataclasses
 import hashlib
@@ -22,6 +23,7 @@ from relay.config import (
     native_password_hash,
     parse_config,
 )
+from relay.protocol import ed25519
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 UPSTREAM_PASSWORD = "up-S3cret-pw"
@@ -280,15 +282,21 @@ def test_non_string_keys_are_errors():
     assert errors_of(with_(minimal(), "listen", {1: 2})) == ["listen: keys must be strings, got 1"]
 
 
+BAD_HASH = ("expected '*' followed by 40 hex digits (the form PASSWORD() returns), or the 43 base64 characters "
+            "of an ed25519 public key (what mysql.user keeps for ed25519)")
+
+
 @pytest.mark.parametrize("user, expected", [
     ({"name": "r", "password": "p", "password_hash": "*" + "0" * 40},
      "users[0]: give one of password, password_hash and password_file, not password and password_hash"),
     ({"name": "r"}, "users[0]: give password, password_hash or password_file"),
     ({"password": "p"}, "users[0].name: required key is missing"),
     ({"name": "r", "password_hash": "14E65567ABDB5135D0CFD9A70B3032C179A49EE7"},
-     "users[0].password_hash: expected '*' followed by 40 hex digits (the form PASSWORD() returns)"),
+     "users[0].password_hash: " + BAD_HASH),
     ({"name": "r", "password_hash": "*14E65567ABDB5135D0CFD9A70B3032C179A49EEZ"},
-     "users[0].password_hash: expected '*' followed by 40 hex digits (the form PASSWORD() returns)"),
+     "users[0].password_hash: " + BAD_HASH),
+    # 43 base64 characters, but not a point of the curve: no password has this public key
+    ({"name": "r", "password_hash": "A" * 42 + "E"}, "users[0].password_hash: " + BAD_HASH),
     ({"name": "r", "password": "p", "passwd_hash": "x"},
      "users[0].passwd_hash: unknown key (did you mean 'password_hash'?)"),
     ("repl", "users[0]: expected a mapping, got 'repl'"),
@@ -613,6 +621,18 @@ def test_user_caching_sha2_hash():
     expected = hashlib.sha256(hashlib.sha256(b"secret").digest()).digest()
     assert UserConfig(name="a", password=Secret("secret")).caching_sha2_hash() == expected
     assert UserConfig(name="b", password_hash=native_password_hash("secret")).caching_sha2_hash() is None
+
+
+def test_user_ed25519_key_from_hash():
+    key = ed25519.public_key(b"secret")
+    text = base64.b64encode(key).decode().rstrip("=")
+    for given in (text, text + "="):  # MariaDB shows it without its padding; with it is accepted too
+        user = parse_config(with_(minimal(), "users", [{"name": "e", "password_hash": given}]), {}).users[0]
+        assert user.password_hash == text
+        assert user.ed25519_key() == key
+        assert user.native_hash() is None and user.caching_sha2_hash() is None
+    assert UserConfig(name="a", password=Secret("secret")).ed25519_key() is None
+    assert UserConfig(name="b", password_hash=native_password_hash("secret")).ed25519_key() is None
 
 
 # --- schema documentation ------------------------------------------------------------------
