@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..binlog import events as ev
+from ..errors import Refusal
 from .objectformat import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_LEVEL,
@@ -102,7 +103,7 @@ def start_state_of(head: bytes) -> tuple[str, ...]:
     return ()
 
 
-class FetchStopped(Exception):
+class FetchStopped(Refusal):
     """A copy of an archived file was stopped halfway: its readers went away."""
 
 
