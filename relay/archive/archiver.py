@@ -28,7 +28,7 @@ from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
-from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, read_start_state, upload
+from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, read_file_start_gtids, upload
 from .store import ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
@@ -131,9 +131,9 @@ class Archiver:
             log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
                         "archived again if still stored", self.url, len(gone), min(gone))
         for name, archived in sorted(listed.items()):
-            if archived.start_state is None:  # listed from the store: its GTID_LIST is read once
-                state = await trio.to_thread.run_sync(read_start_state, store, name, self.settings.keks)
-                listed[name] = replace(archived, start_state=state)
+            if archived.start_state is None:  # listed from the store: its first events are read once
+                start = await trio.to_thread.run_sync(read_file_start_gtids, store, name, self.settings.keks)
+                listed[name] = replace(archived, start_state=start.gtid_list, previous_gtids=start.previous_gtids)
         self.files = listed
         self._save_catalog()
         self.store = store

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from ..binlog import events as ev
 from ..errors import Refusal
+from ..gtid.mysqlgtid import previous_gtids
 from .objectformat import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_LEVEL,
@@ -49,7 +50,7 @@ META_SUFFIX = ".meta.json"
 ENCODE_WORKERS = min(4, os.cpu_count() or 1)  # chunks of a file compressed at once
 VERIFY_RANGE = 8 << 20  # bytes of the object per ranged GET while verifying an upload
 READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload or fetching a file back
-START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST is
+START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST or PREVIOUS_GTIDS is
 
 
 T = TypeVar("T")
@@ -81,26 +82,45 @@ class ArchivedFile:
     commit_lo: int | None = None
     commit_hi: int | None = None
 
+    # a MySQL-flavoured file's PREVIOUS_GTIDS (every GTID before it, as text); None: a MariaDB
+    # file, one without it, or not read yet (start_state None)
+    previous_gtids: str | None = None
+
     @classmethod
-    def of(cls, meta: ObjectMeta, archived_at: float, start_state: tuple[str, ...] | None = None) -> ArchivedFile:
+    def of(cls, meta: ObjectMeta, archived_at: float, start: FileStartGtids | None = None) -> ArchivedFile:
         return cls(meta.name, meta.file_size, meta.object_size, meta.encryption is not None, archived_at,
-                   start_state)
+                   start.gtid_list if start else None, previous_gtids=start.previous_gtids if start else None)
 
 
-def start_state_of(head: bytes) -> tuple[str, ...]:
-    """The GTID_LIST near the start of a binlog file (its first bytes, the magic number included)."""
+@dataclass(frozen=True)
+class FileStartGtids:
+    """What a binlog file's first events say came before it: MariaDB's GTID_LIST ("domain-server-seq"
+    each; () for a file without one) or MySQL's PREVIOUS_GTIDS (text; None without one)."""
+
+    gtid_list: tuple[str, ...]
+    previous_gtids: str | None
+
+
+def file_start_gtids(head: bytes) -> FileStartGtids:
+    """Where a GTID dump may start, from the first bytes of a binlog file (the magic number included)."""
     offset = len(ev.BINLOG_MAGIC)
+    checksum_alg = ev.CHECKSUM_OFF
     while offset + ev.HEADER_LEN <= len(head):
         length = int.from_bytes(head[offset + 9:offset + 13], "little")
         if length < ev.HEADER_LEN or offset + length > len(head):
             break
         event = memoryview(head)[offset:offset + length]
-        if event[4] == ev.GTID_LIST_EVENT:
-            return tuple(f"{g.domain_id}-{g.server_id}-{g.seq_no}" for g in ev.parse_gtid_list(event))
-        if event[4] not in (ev.FORMAT_DESCRIPTION_EVENT, ev.START_ENCRYPTION_EVENT):
+        if event[4] == ev.FORMAT_DESCRIPTION_EVENT:
+            checksum_alg = ev.parse_format_description(event).checksum_alg
+        elif event[4] == ev.GTID_LIST_EVENT:
+            return FileStartGtids(tuple(f"{g.domain_id}-{g.server_id}-{g.seq_no}" for g in ev.parse_gtid_list(event)),
+                                  None)
+        elif event[4] == ev.PREVIOUS_GTIDS_LOG_EVENT:
+            return FileStartGtids((), str(previous_gtids(event, checksum_alg)).replace("\n", ""))
+        elif event[4] != ev.START_ENCRYPTION_EVENT:
             break
         offset += length
-    return ()
+    return FileStartGtids((), None)
 
 
 class FetchStopped(Refusal):
@@ -130,7 +150,7 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)
-    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), start_state_of(head))
+    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), file_start_gtids(head))
 
 
 class _Digest:
@@ -269,10 +289,10 @@ class ArchivedFileReader:
         return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
 
 
-def read_start_state(store: ObjectStore, name: str, keks: Iterable[Kek]) -> tuple[str, ...]:
-    """The start state of an archived file, from its first frame (one ranged GET)."""
+def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) -> FileStartGtids:
+    """What an archived file's first events say came before it, from its first frame (one ranged GET)."""
     reader = ArchivedFileReader(store, name, keks)
-    return start_state_of(reader.read(0, min(reader.size, START_READ)))
+    return file_start_gtids(reader.read(0, min(reader.size, START_READ)))
 
 
 # ------------------------------------------------------------------------------------ listing

@@ -206,8 +206,9 @@ ER_REPLICA_HAS_MORE_GTIDS_THAN_SOURCE = (
 
 
 class MysqlGtidIndex:
-    """A MySQL-flavoured history's GTIDs: each stored file's PREVIOUS_GTIDS (every GTID before the
-    file), and the set at the committed end (gtid_executed)."""
+    """A MySQL-flavoured history's GTIDs: each file's PREVIOUS_GTIDS (every GTID before the file;
+    an archived file's as its archive entry keeps it), and the set at the committed end
+    (gtid_executed)."""
 
     def __init__(self, relay_log: RelayLog) -> None:
         self.relay_log = relay_log
@@ -215,6 +216,11 @@ class MysqlGtidIndex:
 
     def previous(self, name: str) -> GtidSet | None:
         """The PREVIOUS_GTIDS of ``name`` (empty for a file without one); None while not stored yet."""
+        if name not in self._previous and self.relay_log.archived_only(name):
+            listed = self.relay_log.shelf.previous_gtids(name)  # type: ignore[union-attr]
+            if listed is None:
+                return None  # not read from the archive yet: a GTID dump cannot start in it yet
+            self._previous[name] = GtidSet.parse(listed) if listed else GtidSet()
         if name not in self._previous:
             with open(self.relay_log.path(name), "rb") as stored:
                 events = [event for _, event in iter_events(stored, 4, min(self.relay_log.file_end(name), 1 << 20))]
@@ -226,8 +232,8 @@ class MysqlGtidIndex:
         return self._previous[name].copy()
 
     def purged(self) -> GtidSet:
-        """gtid_purged: what the oldest stored file's PREVIOUS_GTIDS says came before it."""
-        files = self.relay_log.files
+        """gtid_purged: what the oldest file served (stored, or archived) says came before it."""
+        files = self.relay_log.served_files()
         return (self.previous(files[0]) if files else None) or GtidSet()
 
     def executed(self) -> GtidSet:
@@ -262,7 +268,7 @@ class MysqlGtidIndex:
         source = self.newest_source()
         if source is not None and replica_has.only(source.tsid.uuid).minus(self.executed()):
             raise GtidLookupError(ER_REPLICA_HAS_MORE_GTIDS_THAN_SOURCE)
-        for name in reversed(self.relay_log.files):
+        for name in reversed(self.relay_log.served_files()):  # with an archive, its files too
             before = self.previous(name)
             if before is not None and before.issubset(replica_has):
                 return name

@@ -65,6 +65,14 @@ class ArchiveShelf:
         archived = self.archived().get(name)
         return archived.start_state if archived is not None else None
 
+    def previous_gtids(self, name: str) -> str | None:
+        """The PREVIOUS_GTIDS of the archived MySQL-flavoured ``name`` as text ("" for a file without
+        one); None: not known yet."""
+        archived = self.archived().get(name)
+        if archived is None or archived.start_state is None:
+            return None
+        return archived.previous_gtids or ""
+
     def copy(self, name: str) -> Path | None:
         """The local copy of an archived file, if fetched."""
         path = self._copies.get(name)

@@ -27,14 +27,16 @@ MYSQL = Path(__file__).resolve().parents[1] / "fixtures" / "mysql"
 SOURCE = "97c7af02-4c50-11ec-acd8-681842034964"  # the 8.0.26 file's transactions: SOURCE:1-5
 
 
-def _serve(tmp_path: Path, fixture: str, **overrides) -> RelayProcess:
-    """A relay whose data_dir was seeded by ``binlog-relay import`` with one MySQL-written file
-    (its upstream unreachable: it serves what it imported)."""
+def _serve(tmp_path: Path, fixture: str | list[Path], **overrides) -> RelayProcess:
+    """A relay whose data_dir was seeded by ``binlog-relay import`` with MySQL-written files (one
+    fixture, or files named as the chain they make); its upstream unreachable: it serves what it
+    imported."""
     data_dir = tmp_path / "data"
+    files = [MYSQL / fixture] if isinstance(fixture, str) else fixture
     imported = subprocess.run([sys.executable, "-m", "relay.cli", "import", "--data-dir", str(data_dir),
-                               str(MYSQL / fixture)], capture_output=True, text=True, timeout=60)
+                               *map(str, files)], capture_output=True, text=True, timeout=60)
     assert imported.returncode == 0, imported.stderr
-    assert (data_dir / fixture).read_bytes() == (MYSQL / fixture).read_bytes()
+    assert all((data_dir / path.name).read_bytes() == path.read_bytes() for path in files)
     relay = RelayProcess(tmp_path, relay_config(data_dir, free_port(), **overrides))
     relay.start()
     relay.wait_listening()
@@ -191,3 +193,43 @@ def wait_for_mirror_of(source: RelayProcess, copy: RelayProcess) -> None:
             (copy.data_dir / n).exists() and (copy.data_dir / n).read_bytes() == (source.data_dir / n).read_bytes()
             for n in names)
     wait_for(same, 30, "relay B did not become a copy of relay A")
+
+
+def test_a_gtid_dump_starts_in_a_file_only_the_archive_holds(tmp_path, s3_server):
+    """Two MySQL-written files chained as binlog.000001 (8.0.26: SOURCE:1-5, then a STOP) and
+    binlog.000002 (9.6.0: its PREVIOUS_GTIDS is another source's 1-13:mytag:1-2, then mytag:3).
+    One relay archives the first and purges its local copy; COM_BINLOG_DUMP_GTID then finds where
+    to start from what the archive keeps of each file, and sends what a relay holding both files
+    locally sends, for sets starting in either file."""
+    from relay.storage.index import read_index
+    from tests.integration.test_archive import archive_config
+
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    files = [chain / "binlog.000001", chain / "binlog.000002"]
+    files[0].write_bytes((MYSQL / "binlog-invisible-columns.000001").read_bytes())
+    files[1].write_bytes((MYSQL / "binlog_transaction_with_GTID_TAG.000001").read_bytes())
+    local = _serve(tmp_path / "local", files)
+    archiving = _serve(tmp_path / "archiving", files, archive=archive_config(s3_server),
+                       storage={"retention": {"max_size": "1K", "min_files": 1, "replica_grace": 0}})
+    try:
+        wait_for(lambda: read_index(archiving.data_dir) == ["binlog.000002"], 60,
+                 "binlog.000001 was not archived and purged")
+        # (a set starting in binlog.000002 must name the tagged GTIDs, which this client's parser refuses)
+        for replica_has in (f"{SOURCE}:1-2", "00000000-0000-0000-0000-000000000001:1-7", f"{SOURCE}:1-5"):
+            assert _gtids_read(archiving, replica_has) == _gtids_read(local, replica_has), replica_has
+        assert _gtids_read(archiving, f"{SOURCE}:1-2")[:3] == [f"{SOURCE}:{n}" for n in (3, 4, 5)]
+        for variable in ("gtid_purged", "gtid_executed"):
+            assert _variable(archiving, variable) == _variable(local, variable), variable
+    finally:
+        assert local.stop() == 0 and archiving.stop() == 0
+
+
+def _variable(relay: RelayProcess, name: str) -> str:
+    conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT @@{name}")
+            return str(cursor.fetchone()[0])
+    finally:
+        conn.close()
