@@ -109,7 +109,7 @@ _MARIADB_IGNORED = (ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.PREVIOUS_
                     _TRANSACTION_CONTEXT, _VIEW_CHANGE)
 
 
-def readable(event_type: int, flags: int, fmt: FileFormat) -> bool:
+def readable(event_type: int, fmt: FileFormat) -> bool:
     """The writer's server can read this event at all (else a primary's SHOW BINLOG EVENTS fails)."""
     if fmt.mariadb:
         return event_type in _MARIADB_NAMES and event_type not in (_SLAVE_EVENT, ev.HEARTBEAT_LOG_EVENT)

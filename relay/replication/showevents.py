@@ -76,7 +76,7 @@ class EventLister:
             offset = 0
         self._offset = offset
         self._end = None if count is None else offset + count
-        self._shown = 0  # events read so far, the skipped ones included
+        self._events_read = 0  # the offset's skipped ones included
         self._at: int | None = None  # where the next event starts; None before the walk started
         self._check_next = False
         self._format = _BEFORE_FDE
@@ -106,7 +106,7 @@ class EventLister:
                 row = self._advance(event)
                 if row is not None:
                     rows.append(row)
-                if self._end is not None and self._shown >= self._end:
+                if self._end is not None and self._events_read >= self._end:
                     self.done = True
                 if self.done or len(rows) >= max_rows:
                     break
@@ -129,15 +129,15 @@ class EventLister:
         if event_type == ev.FORMAT_DESCRIPTION_EVENT:
             self._format = self._file_format(event)
         row = None
-        if self._shown >= self._offset:
+        if self._events_read >= self._offset:
             try:
                 name, info = describe(event, self._format)
             except EventInfoError:
                 raise _Unreadable(WRONG_OFFSET) from None
-            server_id, log_pos = struct.unpack_from("<II", event, 5)[0], struct.unpack_from("<I", event, 13)[0]
+            _, _, server_id, _, log_pos, _ = ev.HEADER.unpack_from(event)
             row = EventRow(self.name, at, name, server_id, log_pos, info)
         self._at = at + len(event)
-        self._shown += 1
+        self._events_read += 1
         if event_type == ev.START_ENCRYPTION_EVENT:
             # the relay holds no encryption keys: the rows end where a primary without its key
             # ends them, after this event's row
@@ -199,9 +199,8 @@ class EventLister:
         checksummed = self._format.checksummed or event_type == ev.FORMAT_DESCRIPTION_EVENT
         if check and checksummed and not ev.checksum_matches(event):
             raise _Unreadable(WRONG_OFFSET)
-        flags = struct.unpack_from("<H", event, ev.FLAGS_OFFSET)[0]
         if event_type != ev.FORMAT_DESCRIPTION_EVENT and (
-                event_type > self._format.event_types or not readable(event_type, flags, self._format)):
+                event_type > self._format.event_types or not readable(event_type, self._format)):
             raise _Unreadable(WRONG_OFFSET)
         return event
 

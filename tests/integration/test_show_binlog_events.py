@@ -21,9 +21,11 @@ import pymysql
 import pytest
 
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess, start_relay
 from tests.support.mariadb import MariaDB, MariaDBFactory
 from tests.support.relay import wait_for_mirror
+from tests.support.s3 import REGION, S3Server
 
 ER_ERROR_WHEN_EXECUTING_COMMAND = 1220
 ER_PARSE_ERROR = 1064
@@ -123,8 +125,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, mariadb_template_parent: Pat
             _workload(primary, load_file)
             wait_for_mirror(primary, relay, timeout=90)
             primary_conn = primary.connect()
-            relay_conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD,
-                                         connect_timeout=10)
+            relay_conn = _relay_conn(relay)
             try:
                 yield World(primary, relay, primary.binlog_files(), primary_conn, relay_conn)
             finally:
@@ -235,6 +236,37 @@ def test_errors(world):
         assert answer[:2] == ("error", ER_PARSE_ERROR), answer
 
 
+def _relay_conn(relay: RelayProcess) -> pymysql.connections.Connection:
+    return pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD,
+                           connect_timeout=10)
+
+
+def test_a_file_only_the_archive_holds(mariadb_factory, relay_factory, s3_server: S3Server):
+    """A file the relay purged locally once archived is fetched back and shown as the primary,
+    which still has it, shows it."""
+    primary = mariadb_factory(server_id=1)
+    key_id, secret = s3_server.credential_files()
+    relay = relay_factory("relay", primary.port,
+                          archive={"url": f"s3://{s3_server.bucket}/relay", "endpoint_url": s3_server.endpoint,
+                                   "region": REGION, "access_key_id_file": str(key_id),
+                                   "secret_access_key_file": str(secret)},
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary.execute_many(["CREATE DATABASE a", "CREATE TABLE a.t (id INT AUTO_INCREMENT PRIMARY KEY, v TEXT)"])
+    for _ in range(4):
+        primary.execute_many(["INSERT INTO a.t (v) VALUES (REPEAT(UUID(), 200))"] * 3 + ["FLUSH BINARY LOGS"])
+    first = primary.binlog_files()[0][0]
+    wait_for(lambda: first not in relay.stored_files(), 60, "the relay did not archive and purge its first file")
+    world = World(primary, relay, primary.binlog_files(), primary.connect(), _relay_conn(relay))
+    try:
+        assert same_answer(world, f"SHOW BINLOG EVENTS IN '{first}'")[0] == "rows"
+        same_answer(world, "SHOW BINLOG EVENTS LIMIT 3, 4")
+        same_answer(world, f"SHOW BINLOG EVENTS IN '{first}' FROM {_events(world, first)[2][1] + 1}")
+    finally:
+        world.primary_conn.close()
+        world.relay_conn.close()
+    assert "Traceback" not in relay.log_text()
+
+
 def test_a_binlog_without_checksums(mariadb_factory, relay_factory):
     """Without checksums a position is checked by adding up event lengths: its own error text."""
     primary = mariadb_factory(server_id=1, extra_args=["--binlog-checksum=NONE"])
@@ -244,8 +276,7 @@ def test_a_binlog_without_checksums(mariadb_factory, relay_factory):
                           "FLUSH BINARY LOGS", "DELETE FROM c.t WHERE id = 1"])
     wait_for_mirror(primary, relay, timeout=60)
     primary_conn = primary.connect()
-    relay_conn = pymysql.connect(host="127.0.0.1", port=relay.port, user=REPL_USER, password=REPL_PASSWORD,
-                                 connect_timeout=10)
+    relay_conn = _relay_conn(relay)
     world = World(primary, relay, primary.binlog_files(), primary_conn, relay_conn)
     try:
         name, size = world.files[0]

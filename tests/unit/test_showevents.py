@@ -6,6 +6,8 @@ the values inside the Info texts from python-mysql-replication's decoding of the
 event classes, fed the same bytes), from the fixtures' documented GTIDs, or from zstd itself;
 the texts around them are MySQL 8's ``pack_info`` formats (sql/log_event.cc).  The MariaDB
 texts are compared with a real MariaDB primary's in tests/integration/test_show_binlog_events.py.
+The statement's parts follow MariaDB's grammar (IN, FROM, LIMIT in that order; MySQL's column
+lengths its ``Log_event::init_show_field_list``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from pymysqlreplication import event as pmr
 from pymysqlreplication import row_event as pmr_rows
 from pymysqlreplication.packet import BinLogPacketWrapper
 
+from relay.downstream.queries import (
+    BinlogEventsRequest,
+    ServerFacts,
+    SessionVariables,
+    StreamedRows,
+    answer,
+    parse_binlog_events,
+)
 from relay.replication.showevents import EventLister
 from tests.support.binlogs import file_events
 
@@ -165,3 +175,30 @@ def test_positions_a_primary_refuses():
     assert rows_of(name, position=size) == ([], None)
     # inside an event: the checksum of what is read there fails
     assert rows_of(name, position=everything[2].pos + 1) == ([], "Wrong offset or I/O error")
+
+
+# --------------------------------------------------------------------------- the statement
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SHOW BINLOG EVENTS", BinlogEventsRequest(None)),
+    ("show  binlog\nevents in 'mysql-bin.000002' from 256 limit 2", BinlogEventsRequest("mysql-bin.000002", 256, 0, 2)),
+    ("SHOW BINLOG EVENTS LIMIT 2, 3", BinlogEventsRequest(None, 0, 2, 3)),
+    ("SHOW BINLOG EVENTS LIMIT 3 OFFSET 2", BinlogEventsRequest(None, 0, 2, 3)),
+    ("SHOW BINLOG EVENTS IN 'it''s \\'x\\''", BinlogEventsRequest("it's 'x'")),
+    ('SHOW BINLOG EVENTS IN "mysql-bin.000001" FROM 4', BinlogEventsRequest("mysql-bin.000001", 4)),
+])
+def test_the_statement_s_parts(sql, expected):
+    assert parse_binlog_events(sql) == expected
+
+
+def test_a_mysql_flavoured_history_gets_mysqls_columns():
+    """Log_event::init_show_field_list: MySQL's Pos and End_log_pos are 11 digits, MariaDB's 21."""
+    facts = ServerFacts(version="8.0.26", server_id=1001, server_uuid="", binlog_checksum="CRC32", is_mariadb=False,
+                        gtid_domain_id=0, master_status=lambda: ("", 0, ""), binary_logs=list, slave_hosts=list,
+                        binlog_gtid_pos=lambda name, pos: None, gtid_binlog_pos=str)
+    reply = answer("SHOW BINLOG EVENTS", SessionVariables(), facts)
+    assert isinstance(reply, StreamedRows)
+    assert [(c.name, c.column_type, c.length) for c in reply.columns] == [
+        ("Log_name", 253, 80), ("Pos", 8, 11), ("Event_type", 253, 80), ("Server_id", 3, 10), ("End_log_pos", 8, 11),
+        ("Info", 253, 80)]
