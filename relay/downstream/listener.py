@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -23,6 +24,7 @@ from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from ..storage.retention import RetentionKeeper
 from . import queries
+from .binlogevents import binlog_events
 from .context import SessionContext
 from .purge import PurgeHandler
 from .registry import Registry
@@ -105,7 +107,8 @@ class Downstream:
             gtid_binlog_pos=lambda: format_gtid_position(self.gtid_index.current_state()),
             semi_sync_master=self.config.semi_sync.wait_for_replicas > 0,
             mysql_gtid_executed=lambda: str(self.mysql_gtid_index.executed()),
-            mysql_gtid_purged=lambda: str(self.mysql_gtid_index.purged()))
+            mysql_gtid_purged=lambda: str(self.mysql_gtid_index.purged()),
+            binlog_events=functools.partial(binlog_events, self.relay_log))
 
     def _binlog_gtid_pos(self, name: str, position: int) -> str | None:
         if name not in self.relay_log.files:

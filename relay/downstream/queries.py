@@ -9,10 +9,17 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
-from ..protocol.codes import ER_EMPTY_QUERY, ER_NOT_SUPPORTED_YET, ER_PARSE_ERROR, ER_UNKNOWN_SYSTEM_VARIABLE
+from ..protocol.codes import (
+    ER_EMPTY_QUERY,
+    ER_ERROR_WHEN_EXECUTING_COMMAND,
+    ER_NOT_SUPPORTED_YET,
+    ER_PARSE_ERROR,
+    ER_UNKNOWN_SYSTEM_VARIABLE,
+)
+from ..protocol.resultset import TYPE_LONG, ColumnDef, int_column, text_column
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,36 @@ class Error:
     sqlstate: str = "HY000"
 
 
-Reply = Rows | Ok | Error
+@dataclass(frozen=True)
+class StreamedRows:
+    """A result set the session sends as it is read (SHOW BINLOG EVENTS over a file of
+    gigabytes): its columns first, then each batch of rows ``batches`` yields; an Error among
+    them ends the result set as a primary's ERR does, after the rows already sent."""
+
+    columns: tuple[ColumnDef, ...]
+    batches: AsyncGenerator[list[tuple[object, ...]] | Error, None]
+
+
+Reply = Rows | Ok | Error | StreamedRows
+
+
+@dataclass(frozen=True)
+class BinlogEventsRequest:
+    """SHOW BINLOG EVENTS [IN 'file'] [FROM position] [LIMIT [offset,] count]."""
+
+    file: str | None  # None: the first binlog file
+    position: int = 0
+    offset: int = 0
+    count: int | None = None
+
+
+async def _no_binlog_events(request: BinlogEventsRequest) -> AsyncGenerator[list[tuple[object, ...]] | Error, None]:
+    yield binlog_events_error("Could not find target log")
+
+
+def binlog_events_error(message: str) -> Error:
+    """How a primary fails SHOW BINLOG EVENTS (sql_repl.cc mysql_show_binlog_events)."""
+    return Error(ER_ERROR_WHEN_EXECUTING_COMMAND, f"Error when executing command SHOW BINLOG EVENTS: {message}")
 
 
 @dataclass
@@ -64,6 +100,9 @@ class ServerFacts:
     # A MySQL-flavoured history's gtid_executed and gtid_purged (text), from its stored files.
     mysql_gtid_executed: Callable[[], str] = lambda: ""
     mysql_gtid_purged: Callable[[], str] = lambda: ""
+    # SHOW BINLOG EVENTS: the rows of a stored file, batch by batch (downstream/binlogevents.py)
+    binlog_events: Callable[[BinlogEventsRequest], AsyncGenerator[list[tuple[object, ...]] | Error, None]] = (
+        _no_binlog_events)
 
 
 def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
@@ -299,6 +338,8 @@ def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
         return Rows(("Log_name", "File_size"), tuple(server.binary_logs()))
     if lowered in ("show slave hosts", "show replicas", "show replica hosts"):
         return _replicas(lowered, server)
+    if lowered == "show binlog events" or lowered.startswith("show binlog events "):
+        return _binlog_events(text, server)
     match = _SHOW_VARIABLES.match(" ".join(text.split()))
     if match:
         return _show_variables(match.group(1), match.group(2), server)
@@ -326,3 +367,108 @@ def _show_variables(kind: str | None, pattern: str | None, server: ServerFacts) 
             regex = re.compile("^" + re.escape(pattern.lower()) + "$")
         selected = sorted((name, value) for name, value in variables.items() if regex.match(name))
     return Rows(("Variable_name", "Value"), tuple((name, _value(value)) for name, value in selected))
+
+
+# ------------------------------------------------------------------ SHOW BINLOG EVENTS
+
+# Log_event::init_show_field_list: MariaDB's Pos and End_log_pos have MY_INT64_NUM_DECIMAL_DIGITS
+# (21) digits, MySQL's MY_INT32_NUM_DECIMAL_DIGITS (11).
+def _binlog_event_columns(is_mariadb: bool) -> tuple[ColumnDef, ...]:
+    digits = 21 if is_mariadb else 11
+    return (text_column("Log_name", 20), int_column("Pos", digits), text_column("Event_type", 20),
+            int_column("Server_id", 10, TYPE_LONG), int_column("End_log_pos", digits), text_column("Info", 20))
+
+
+_TOKEN = re.compile(r"\s*(?:(?P<number>\d+)(?![\w$])|(?P<word>[A-Za-z_$][\w$]*)"
+                    r"|(?P<string>'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|(?P<other>\S))", re.S)
+_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "b": "\b", "Z": "\x1a"}
+
+
+class _SyntaxError(Exception):
+    """Where the statement stops making sense: MariaDB quotes the text from there."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(at)
+        self.at = at
+
+
+def _tokens(text: str, start: int) -> list[tuple[str, str, int]]:
+    """(kind, text, offset) of each token from ``start``, then ("end", "", len(text))."""
+    tokens, pos = [], start
+    while True:
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            tokens.append(("end", "", len(text)))
+            return tokens
+        kind = match.lastgroup or "other"
+        tokens.append((kind, match.group(kind), match.start(kind)))
+        pos = match.end()
+
+
+def _unquoted(literal: str) -> str:
+    quote, body = literal[0], literal[1:-1]
+    out, index = [], 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\" and index + 1 < len(body):
+            out.append(_ESCAPES.get(body[index + 1], body[index + 1]))
+            index += 2
+            continue
+        if char == quote:  # a doubled quote
+            index += 1
+        out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def parse_binlog_events(text: str) -> BinlogEventsRequest:
+    """The parts of SHOW BINLOG EVENTS [IN 'file'] [FROM pos] [LIMIT [offset,] count | count
+    OFFSET offset]; raises _SyntaxError at the first token out of place."""
+    start = re.match(r"\s*show\s+binlog\s+events", text, re.I)
+    assert start is not None
+    tokens = _tokens(text, start.end())
+    index = 0
+
+    def take(kind: str, word: str | None = None) -> str | None:
+        nonlocal index
+        token_kind, token, _ = tokens[index]
+        if token_kind == kind and (word is None or token.lower() == word):
+            index += 1
+            return token
+        return None
+
+    def need(kind: str) -> str:
+        token = take(kind)
+        if token is None:
+            raise _SyntaxError(tokens[index][2])
+        return token
+
+    file = position = count = None
+    offset = 0
+    if take("word", "in"):
+        file = _unquoted(need("string"))
+    if take("word", "from"):
+        position = int(need("number"))
+    if take("word", "limit"):
+        first = int(need("number"))
+        if tokens[index][:2] == ("other", ","):
+            index += 1
+            offset, count = first, int(need("number"))
+        elif take("word", "offset"):
+            offset, count = int(need("number")), first
+        else:
+            count = first
+    if tokens[index][0] != "end":
+        raise _SyntaxError(tokens[index][2])
+    return BinlogEventsRequest(file, position or 0, offset, count)
+
+
+def _binlog_events(text: str, server: ServerFacts) -> Reply:
+    try:
+        request = parse_binlog_events(text)
+    except _SyntaxError as error:
+        line = text.count("\n", 0, error.at) + 1
+        return Error(ER_PARSE_ERROR, "You have an error in your SQL syntax; check the manual that corresponds to "
+                     f"your MariaDB server version for the right syntax to use near '{text[error.at:][:80]}' at "
+                     f"line {line}", "42000")
+    return StreamedRows(_binlog_event_columns(server.is_mariadb), server.binlog_events(request))

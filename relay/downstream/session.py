@@ -6,6 +6,7 @@ Parsing and reply building are in ``protocol.server``, ``downstream.queries`` an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import trio
@@ -95,7 +96,7 @@ class _Session:
             if isinstance(event, proto_events.Quit):
                 return
             if isinstance(event, proto_events.Query):
-                self._answer(event.sql)
+                await self._answer(event.sql)
             elif isinstance(event, (proto_events.Ping, proto_events.InitDB)):
                 self.conn.send_ok()
             elif isinstance(event, proto_events.RegisterSlave):
@@ -112,16 +113,32 @@ class _Session:
                 self.context.registry.protocol_error("unknown_command")
                 self.conn.send_error(ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
-    def _answer(self, sql: str) -> None:
+    async def _answer(self, sql: str) -> None:
         reply = self.context.purge.answer(sql, self.user) or queries.answer(
             sql, self.variables, self.context.facts(), self.connection_id, self.user)
-        if isinstance(reply, queries.Rows):
+        if isinstance(reply, queries.StreamedRows):
+            await self._stream(reply)
+        elif isinstance(reply, queries.Rows):
             self.conn.send_result_set(reply.columns, list(reply.rows))
         elif isinstance(reply, queries.Ok):
             self.conn.send_ok()
         else:
             log.debug("downstream %s: %s -> ERROR %d %s", self.peer, sql[:200], reply.code, reply.message)
             self.conn.send_error(reply.code, reply.message, reply.sqlstate)
+
+    async def _stream(self, reply: queries.StreamedRows) -> None:
+        """A result set sent as it is read: the column definitions first (a primary sends them
+        before it opens the file), each batch as it comes, then EOF, or the ERR that ends it."""
+        self.conn.send_result_head(reply.columns)
+        async with contextlib.aclosing(reply.batches) as batches:
+            async for batch in batches:
+                if isinstance(batch, queries.Error):
+                    log.debug("downstream %s: result set ended by ERROR %d %s", self.peer, batch.code, batch.message)
+                    self.conn.send_error(batch.code, batch.message, batch.sqlstate)
+                    return
+                self.conn.send_rows(batch)
+                await self.flush()
+        self.conn.send_eof()
 
     def _register(self, event: proto_events.RegisterSlave) -> None:
         if event.server_id == self.context.relay_server_id:

@@ -9,8 +9,15 @@ from .packets import ProtocolError, build_eof, is_eof, lenenc_int, lenenc_str, r
 
 TYPE_VAR_STRING = 0xFD
 TYPE_LONGLONG = 0x08
+TYPE_LONG = 0x03
 CHARSET_UTF8 = 33
+CHARSET_UTF8MB4 = 45  # utf8mb4_general_ci
 CHARSET_BINARY = 63
+# column definition flags, and the decimals of a text column (NOT_FIXED_DEC)
+NOT_NULL_FLAG = 1
+UNSIGNED_FLAG = 32
+BINARY_FLAG = 128
+NOT_FIXED_DEC = 39
 
 
 @dataclass(frozen=True)
@@ -73,12 +80,44 @@ def column_count(payload: memoryview) -> int:
     return count
 
 
+@dataclass(frozen=True)
+class ColumnDef:
+    """A column definition given whole, as a server describes the columns of a SHOW statement
+    (the type, display length, flags and decimals of its Item)."""
+
+    name: str
+    column_type: int = TYPE_VAR_STRING
+    length: int = 1024
+    flags: int = 0
+    decimals: int = 0
+    charset: int = CHARSET_UTF8
+    org_name: str | None = None  # None: the name again
+
+
+def text_column(name: str, characters: int) -> ColumnDef:
+    """Item_empty_string: a NOT NULL text column of ``characters`` characters, described as a
+    server describes it to a client whose results are utf8mb4 (the character set the relay's
+    greeting announces): 4 bytes a character."""
+    return ColumnDef(name, TYPE_VAR_STRING, characters * 4, NOT_NULL_FLAG, NOT_FIXED_DEC, CHARSET_UTF8MB4, "")
+
+
+def int_column(name: str, digits: int, column_type: int = TYPE_LONGLONG) -> ColumnDef:
+    """Item_return_int: a NOT NULL unsigned integer column of ``digits`` display digits."""
+    return ColumnDef(name, column_type, digits, NOT_NULL_FLAG | UNSIGNED_FLAG | BINARY_FLAG, 0, CHARSET_BINARY, "")
+
+
 def build_column(name: str, column_type: int = TYPE_VAR_STRING, charset: int = CHARSET_UTF8,
                  length: int = 1024) -> bytes:
-    encoded = name.encode("utf-8")
+    return build_column_def(ColumnDef(name, column_type, length, charset=charset))
+
+
+def build_column_def(column: ColumnDef) -> bytes:
+    encoded = column.name.encode("utf-8")
+    original = encoded if column.org_name is None else column.org_name.encode("utf-8")
     return (lenenc_str(b"def") + lenenc_str(b"") + lenenc_str(b"") + lenenc_str(b"")
-            + lenenc_str(encoded) + lenenc_str(encoded) + b"\x0c"
-            + struct.pack("<HIBHB", charset, length, column_type, 0, 0) + b"\x00\x00")
+            + lenenc_str(encoded) + lenenc_str(original) + b"\x0c"
+            + struct.pack("<HIBHB", column.charset, column.length, column.column_type, column.flags, column.decimals)
+            + b"\x00\x00")
 
 
 def build_row(values: tuple[object, ...] | list[object]) -> bytes:
@@ -99,6 +138,12 @@ def _column_type(rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...]
     if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         return TYPE_LONGLONG, CHARSET_BINARY
     return TYPE_VAR_STRING, CHARSET_UTF8
+
+
+def build_result_head(columns: list[ColumnDef] | tuple[ColumnDef, ...]) -> list[bytes]:
+    """The payloads before the rows of a result set whose columns are given whole: the rows
+    (``build_row``) and the closing EOF follow, or an ERR where the server fails half-way."""
+    return [lenenc_int(len(columns)), *(build_column_def(column) for column in columns), build_eof()]
 
 
 def build_result_set(columns: list[str] | tuple[str, ...],

@@ -77,7 +77,7 @@ from .packets import (
     frame,
     frame_events,
 )
-from .resultset import build_result_set
+from .resultset import ColumnDef, build_result_head, build_result_set, build_row
 
 
 @dataclass(frozen=True)
@@ -361,6 +361,16 @@ class ServerConnection:
     def send_result_set(self, columns: list[str] | tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
         for payload in build_result_set(columns, rows):
             self._send(payload)
+
+    def send_result_head(self, columns: Sequence[ColumnDef]) -> None:
+        """The column definitions of a result set sent in pieces: ``send_rows`` as they come,
+        then ``send_eof``, or ``send_error`` as a server ends a statement that fails half-way."""
+        for payload in build_result_head(tuple(columns)):
+            self._send(payload)
+
+    def send_rows(self, rows: Iterable[Sequence[object]]) -> None:
+        for row in rows:
+            self._send(build_row(tuple(row)))
 
     def start_dump(self) -> None:
         """From now on the connection carries binlog events (``send_events``) until it closes."""
