@@ -13,12 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..protocol.codes import ER_EMPTY_QUERY, ER_NOT_SUPPORTED_YET, ER_PARSE_ERROR, ER_UNKNOWN_SYSTEM_VARIABLE
+from . import globalstatus, infoschema, replicastatus
 
 
 @dataclass(frozen=True)
 class Rows:
     columns: tuple[str, ...]
     rows: tuple[tuple[object, ...], ...]
+    types: tuple[int, ...] = ()  # the columns' types where the statement fixes them; else typed by value
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class ServerFacts:
     # A MySQL-flavoured history's gtid_executed and gtid_purged (text), from its stored files.
     mysql_gtid_executed: Callable[[], str] = lambda: ""
     mysql_gtid_purged: Callable[[], str] = lambda: ""
+    # The relay as a replica of its primary (SHOW SLAVE STATUS; None: no upstream) and its status
+    # variables (SHOW STATUS), read when asked for (relay/downstream/statusfacts.py).
+    replica_status: Callable[[], replicastatus.ReplicaStatus | None] = lambda: None
+    status_figures: Callable[[], globalstatus.StatusFigures | None] = lambda: None
 
 
 def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
@@ -253,6 +259,11 @@ def _select(items: str, session: SessionVariables, server: ServerFacts, connecti
     if gtid_pos:
         value: object = server.binlog_gtid_pos(gtid_pos.group(1), int(gtid_pos.group(2)))
         return _rows((f"binlog_gtid_pos('{gtid_pos.group(1)}',{gtid_pos.group(2)})",), (value,))
+    empty = infoschema.select("select " + items)
+    if isinstance(empty, infoschema.EmptyTable):
+        return Rows(empty.columns, (), empty.types)
+    if empty is not None:
+        return Error(empty.code, empty.message, empty.sqlstate)
     if " from " in f" {items.lower()} ":
         return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: SELECT {items[:200]}",
                      "42000")
@@ -289,7 +300,7 @@ def _select_value(expression: str, session: SessionVariables, server: ServerFact
 
 
 def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
-    if lowered in ("show master status", "show binary log status"):
+    if lowered in ("show master status", "show binary log status", "show binlog status"):
         name, position, gtid = server.master_status()
         columns = ("File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB")
         if not server.is_mariadb:
@@ -302,7 +313,26 @@ def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
     match = _SHOW_VARIABLES.match(" ".join(text.split()))
     if match:
         return _show_variables(match.group(1), match.group(2), server)
+    status = _show_status(text, server)
+    if status is not None:
+        return status
     return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+def _show_status(text: str, server: ServerFacts) -> Reply | None:
+    """SHOW SLAVE STATUS and its other names (replicastatus.py), SHOW STATUS (globalstatus.py)."""
+    request = replicastatus.parse(text, server.is_mariadb)
+    if isinstance(request, replicastatus.Refusal):
+        return Error(request.code, request.message, request.sqlstate)
+    if request is not None:
+        table = replicastatus.table(request, server.replica_status(), server.is_mariadb)
+        return Rows(table.columns, table.rows, table.types)
+    status = globalstatus.parse(text)
+    if status is None:
+        return None
+    figures = server.status_figures()
+    rows = globalstatus.rows(status, figures) if figures is not None else ()
+    return Rows(globalstatus.COLUMNS, rows, globalstatus.TYPES)
 
 
 def _replicas(lowered: str, server: ServerFacts) -> Rows:
