@@ -21,6 +21,7 @@ from .archive.store import StoreConfig
 from .binlog.events import HEARTBEAT_LOG_EVENT, HEARTBEAT_LOG_EVENT_V2, event_name
 from .binlog.names import file_number
 from .downstream.registry import Registry
+from .ingest.lag import lag_seconds
 from .ingest.status import UpstreamStatus
 from .storage.relaylog import RelayLog
 
@@ -124,29 +125,8 @@ class RelayCollector(Collector):
                        "(semi_sync.replica_timeout) and acknowledged alone", status.replica_ack_timeouts)
 
     def _upstream_lag_seconds(self) -> float:
-        """MariaDB's Seconds_Behind_Master (sql/slave.cc, show_master_info) for a replica whose
-        receiving and storing are one step:
-        - not connected: NaN, as MariaDB shows NULL while its IO thread is not connected: the relay
-          cannot know what the primary is doing;
-        - caught up: 0, as MariaDB's "the SQL thread has executed everything the IO thread read":
-          every byte the primary sent is read (nothing waits in the receive queue), parsed (no
-          group half received) and committed;
-        - otherwise the age of the newest stored event: now - clock difference with the primary
-          (taken at connect, as MariaDB's clock_diff_with_master) - the event's timestamp; NaN
-          while the new connection has brought no transaction yet (MariaDB shows 0 there, which
-          would read "caught up" for a relay that may be far behind)."""
-        status = self.upstream
-        stream = status.stream
-        if not status.connected or stream is None:
-            return math.nan
-        committed = self.relay_log.committed
-        caught_up = committed is not None and (committed[0], committed[1]) == (stream.file, stream.position) \
-            and not stream.inside_group and status.unread_bytes() == 0
-        if caught_up:
-            return 0.0
-        if not stream.last_event_timestamp:
-            return math.nan  # nothing received on this connection yet: the age is not known
-        return max(0.0, time.time() - status.clock_difference - stream.last_event_timestamp)
+        """MariaDB's Seconds_Behind_Master for the relay (relay/ingest/lag.py), NaN for NULL."""
+        return lag_seconds(self.upstream, self.relay_log.committed, time.time())
 
     # ------------------------------------------------------------ storage
 

@@ -23,7 +23,7 @@ from .ingest.choosing import CandidateChooser
 from .ingest.connection import RECEIVE_SIZE, PrimaryConnection
 from .ingest.diskfull import is_disk_full, wait_for_space
 from .ingest.dumpstart import DumpStarter
-from .ingest.errors import FATAL, RETRYABLE, FatalIngestError, describe
+from .ingest.errors import FATAL, RETRYABLE, FatalIngestError, describe, error_number
 from .ingest.settings import UpstreamSettings
 from .ingest.status import UpstreamStatus
 from .protocol.codes import ER_MASTER_FATAL_ERROR_READING_BINLOG
@@ -63,7 +63,7 @@ class Upstream:
             try:
                 await self._replicate_once()
             except FATAL as exc:
-                self.status.last_error = str(exc)
+                self._failed(exc, str(exc))
                 log.error("upstream: ingest stopped: %s", exc)
                 if isinstance(exc, StreamError):  # what the primary sent cannot be stored: an operator must act
                     raise FatalIngestError(str(exc)) from exc
@@ -75,7 +75,7 @@ class Upstream:
                     self._lost()
                     await wait_for_space(self.relay_log.data_dir, self.status, exc)
                     continue
-                self.status.last_error = describe(exc)
+                self._failed(exc, describe(exc))
                 if self.status.connected:
                     delay = self.settings.reconnect_initial_delay  # it worked for a while
                 self._lost()
@@ -85,6 +85,12 @@ class Upstream:
                 await trio.sleep(wait)
                 delay = min(delay * 2, self.settings.reconnect_max_delay)
                 self.status.reconnects += 1
+
+    def _failed(self, exc: BaseException, message: str) -> None:
+        """What SHOW SLAVE STATUS shows as Last_IO_Errno / Last_IO_Error, and readiness reads."""
+        self.status.last_error = message
+        self.status.last_errno = error_number(exc, self.status.connected)
+        self.status.last_error_time = time.time()
 
     def _lost(self) -> None:
         if self.status.failing_since is None:

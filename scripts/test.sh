@@ -25,6 +25,7 @@ source scripts/setup.sh
 install_mariadb
 install_debian "MariaDB backup" mariadb-backup mariadb-backup  # tests/integration/test_pitr.py
 install_debian Prometheus promtool prometheus  # promtool checks the /metrics output
+install_debian mysqld_exporter prometheus-mysqld-exporter prometheus-mysqld-exporter  # scrapes the relay (tests/integration/test_mysqld_exporter.py)
 install_debian Java java openjdk-17-jre-headless  # Spark, for the pipeline tests
 install_debian zstd zstd zstd  # the archive's objects must decompress with the plain zstd tool
 install_debian FUSE fusermount3 fuse3  # the power-cut file system of tests/faults/test_powercut.py

@@ -477,7 +477,7 @@ async def serve_dump(context: SessionContext, request: DumpRequest, conn: proto.
         if request.server_id == context.relay_server_id:
             raise DumpError(same_id_message(request.server_id))
         reader, start = dump.plan()
-        conn.semi_sync = request.semi_sync
+        conn.semi_sync = state.semi_sync = request.semi_sync
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d%s", peer, request.server_id,
                  reader.file or "(first)", reader.position,

@@ -29,6 +29,7 @@ from .context import SessionContext
 from .purge import PurgeHandler
 from .registry import Registry
 from .session import handle_connection
+from .statusfacts import StatusFacts
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class Downstream:
             wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0, max_packet=config.listen.max_packet,
             rsa_key_pair=rsa_key_pair(relay_log.data_dir))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
+        self.status_facts = StatusFacts(config, relay_log, upstream_status, registry, self.gtid_index,
+                                        self.mysql_gtid_index, self._is_mariadb)
 
     def _is_mariadb(self) -> bool:
         return "mariadb" in (self.relay_log.state.upstream_version or DEFAULT_VERSION).lower()
@@ -108,7 +111,8 @@ class Downstream:
             semi_sync_master=self.config.semi_sync.wait_for_replicas > 0,
             mysql_gtid_executed=lambda: str(self.mysql_gtid_index.executed()),
             mysql_gtid_purged=lambda: str(self.mysql_gtid_index.purged()),
-            binlog_events=functools.partial(binlog_events, self.relay_log))
+            binlog_events=functools.partial(binlog_events, self.relay_log),
+            replica_status=self.status_facts.replica, status_figures=self.status_facts.figures)
 
     def _binlog_gtid_pos(self, name: str, position: int) -> str | None:
         if name not in self.relay_log.files:

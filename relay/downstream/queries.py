@@ -20,12 +20,14 @@ from ..protocol.codes import (
     ER_UNKNOWN_SYSTEM_VARIABLE,
 )
 from ..protocol.resultset import TYPE_LONG, ColumnDef, int_column, text_column
+from . import globalstatus, infoschema, replicastatus
 
 
 @dataclass(frozen=True)
 class Rows:
     columns: tuple[str, ...]
     rows: tuple[tuple[object, ...], ...]
+    types: tuple[int, ...] = ()  # the columns' types where the statement fixes them; else typed by value
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,10 @@ class ServerFacts:
     # SHOW BINLOG EVENTS: the rows of a stored file, batch by batch (downstream/binlogevents.py)
     binlog_events: Callable[[BinlogEventsRequest], AsyncGenerator[list[tuple[object, ...]] | Error, None]] = (
         _no_binlog_events)
+    # The relay as a replica of its primary (SHOW SLAVE STATUS; None: no upstream) and its status
+    # variables (SHOW STATUS), read when asked for (relay/downstream/statusfacts.py).
+    replica_status: Callable[[], replicastatus.ReplicaStatus | None] = lambda: None
+    status_figures: Callable[[], globalstatus.StatusFigures | None] = lambda: None
 
 
 def _rows(columns: tuple[str, ...], *rows: tuple[object, ...]) -> Rows:
@@ -292,6 +298,11 @@ def _select(items: str, session: SessionVariables, server: ServerFacts, connecti
     if gtid_pos:
         value: object = server.binlog_gtid_pos(gtid_pos.group(1), int(gtid_pos.group(2)))
         return _rows((f"binlog_gtid_pos('{gtid_pos.group(1)}',{gtid_pos.group(2)})",), (value,))
+    empty = infoschema.select("select " + items)
+    if isinstance(empty, infoschema.EmptyTable):
+        return Rows(empty.columns, (), empty.types)
+    if empty is not None:
+        return Error(empty.code, empty.message, empty.sqlstate)
     if " from " in f" {items.lower()} ":
         return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: SELECT {items[:200]}",
                      "42000")
@@ -328,7 +339,7 @@ def _select_value(expression: str, session: SessionVariables, server: ServerFact
 
 
 def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
-    if lowered in ("show master status", "show binary log status"):
+    if lowered in ("show master status", "show binary log status", "show binlog status"):
         name, position, gtid = server.master_status()
         columns = ("File", "Position", "Binlog_Do_DB", "Binlog_Ignore_DB")
         if not server.is_mariadb:
@@ -343,7 +354,26 @@ def _show(lowered: str, text: str, server: ServerFacts) -> Reply:
     match = _SHOW_VARIABLES.match(" ".join(text.split()))
     if match:
         return _show_variables(match.group(1), match.group(2), server)
+    status = _show_status(text, server)
+    if status is not None:
+        return status
     return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+def _show_status(text: str, server: ServerFacts) -> Reply | None:
+    """SHOW SLAVE STATUS and its other names (replicastatus.py), SHOW STATUS (globalstatus.py)."""
+    request = replicastatus.parse(text, server.is_mariadb)
+    if isinstance(request, replicastatus.Refusal):
+        return Error(request.code, request.message, request.sqlstate)
+    if request is not None:
+        table = replicastatus.table(request, server.replica_status(), server.is_mariadb)
+        return Rows(table.columns, table.rows, table.types)
+    status = globalstatus.parse(text)
+    if status is None:
+        return None
+    figures = server.status_figures()
+    rows = globalstatus.rows(status, figures) if figures is not None else ()
+    return Rows(globalstatus.COLUMNS, rows, globalstatus.TYPES)
 
 
 def _replicas(lowered: str, server: ServerFacts) -> Rows:

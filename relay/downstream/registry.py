@@ -30,6 +30,7 @@ class DumpState:
     position: int = 0
     last_event_timestamp: int = 0
     acked: tuple[str, int] | None = None  # a semi-sync replica's last ACK: (file, position)
+    semi_sync: bool = False  # the replica asked for semi-sync (Rpl_semi_sync_master_clients)
 
 
 class Registry:
@@ -45,6 +46,14 @@ class Registry:
         self.gtid_start_passed: dict[str, int] = {}  # bytes GTID dumps passed before their start, by how
         self.auth_failures = 0
         self.protocol_errors: dict[str, int] = {}
+        # SHOW GLOBAL STATUS: sessions opened and the most at once, bytes on the wire both ways,
+        # statements, and those of them a Com_ counter counts (downstream/globalstatus.py)
+        self.connections = 0
+        self.max_used_connections = 0
+        self.network_bytes_sent = 0
+        self.network_bytes_received = 0
+        self.questions = 0
+        self.commands: dict[str, int] = {}
         self._ack_event = trio.Event()
 
     def note_ack(self, dump: DumpState, file: str, position: int) -> None:
@@ -93,3 +102,14 @@ class Registry:
         for state, delta in ((old, -1), (new, 1)):
             if state is not None:
                 self.sessions_by_state[state] = self.sessions_by_state.get(state, 0) + delta
+        if old is None:  # a new session
+            self.connections += 1
+            self.max_used_connections = max(self.max_used_connections, self.sessions())
+
+    def sessions(self) -> int:
+        """Sessions open now, logging in or logged in."""
+        return sum(self.sessions_by_state.values())
+
+    def count_command(self, command: str | None) -> None:
+        if command is not None:
+            self.commands[command] = self.commands.get(command, 0) + 1

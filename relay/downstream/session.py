@@ -19,11 +19,13 @@ from ..protocol.packets import PacketTooLarge
 from . import queries
 from .context import SessionContext
 from .dump import DumpRequest, same_id_message, serve_dump
+from .globalstatus import command_of
 from .registry import Replica
 
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 1 << 16
+_HUNG_UP = proto_events.Quit()  # the client closed the connection without a COM_QUIT
 
 
 class _Session:
@@ -47,6 +49,7 @@ class _Session:
     async def flush(self) -> None:
         data = self.conn.data_to_send()
         if data:
+            self.context.registry.network_bytes_sent += len(data)
             await self.stream.send_all(data)
 
     async def next_event(self) -> object:
@@ -57,7 +60,8 @@ class _Session:
             await self.flush()
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
-                return proto_events.Quit()
+                return _HUNG_UP
+            self.context.registry.network_bytes_received += len(data)
             self.conn.receive_data(data)
 
     async def _receive(self) -> bytes | bytearray:
@@ -93,6 +97,7 @@ class _Session:
     async def serve_commands(self) -> None:
         while True:
             event = await self.next_event()
+            self._count(event)
             if isinstance(event, proto_events.Quit):
                 return
             if isinstance(event, proto_events.Query):
@@ -113,13 +118,25 @@ class _Session:
                 self.context.registry.protocol_error("unknown_command")
                 self.conn.send_error(ER_UNKNOWN_COM_ERROR, "Unknown command", "08S01")
 
+    def _count(self, event: object) -> None:
+        """SHOW GLOBAL STATUS's Questions: every command a client sends but COM_PING (MariaDB's
+        CF_SKIP_QUESTIONS), COM_QUIT included; and the Com_ counter of each statement."""
+        if event is _HUNG_UP or isinstance(event, proto_events.Ping):
+            return
+        registry = self.context.registry
+        registry.questions += 1
+        if isinstance(event, proto_events.Query):
+            registry.count_command(command_of(event.sql))
+        elif isinstance(event, proto_events.InitDB):
+            registry.count_command("change_db")
+
     async def _answer(self, sql: str) -> None:
         reply = self.context.purge.answer(sql, self.user) or queries.answer(
             sql, self.variables, self.context.facts(), self.connection_id, self.user)
         if isinstance(reply, queries.StreamedRows):
             await self._stream(reply)
         elif isinstance(reply, queries.Rows):
-            self.conn.send_result_set(reply.columns, list(reply.rows))
+            self.conn.send_result_set(reply.columns, list(reply.rows), reply.types)
         elif isinstance(reply, queries.Ok):
             self.conn.send_ok()
         else:

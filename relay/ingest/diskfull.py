@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import time
 from pathlib import Path
 from typing import TypeGuard
 
@@ -17,6 +18,7 @@ from .status import UpstreamStatus
 log = logging.getLogger("relay.upstream")  # one logger for the upstream side, as before its split
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+ER_DISK_FULL = 1021  # what a MariaDB server reports for the same ("Disk full (%s); waiting for someone...")
 DISK_FULL_POLL_SECONDS = 1.0
 ROOM_TO_RESUME = 64 << 20  # growth of free space (or a tenth of a smaller file system) before ingest resumes
 
@@ -29,6 +31,7 @@ async def wait_for_space(data_dir: Path, status: UpstreamStatus, exc: OSError) -
     """Called after the partial group was cut (Upstream._lost): the space that freed is not enough
     (the group did not fit in it), so ingest resumes only once free space grew past it by a margin."""
     status.last_error = f"data_dir full: {exc.strerror}"
+    status.last_errno, status.last_error_time = ER_DISK_FULL, time.time()
     status.disk_full = True
     status.disk_full_pauses += 1
     free, size = disk_space(data_dir)

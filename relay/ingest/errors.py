@@ -14,7 +14,7 @@ import ssl
 import trio
 
 from ..errors import FatalError, RetryableError
-from ..protocol.packets import ProtocolError
+from ..protocol.packets import ProtocolError, ServerError
 from ..replication.stream import StreamError
 
 
@@ -37,3 +37,24 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, trio.BrokenResourceError) and isinstance(exc.__cause__, ssl.SSLError):
         return f"TLS with the primary failed: {exc.__cause__}"
     return str(exc) or type(exc).__name__
+
+
+# The client library's numbers a MariaDB replica shows as Last_IO_Errno for the same failures
+# (errmsg.h): the primary unreachable, the connection lost, TLS failing, a malformed packet.
+CR_CONN_HOST_ERROR = 2003
+CR_SERVER_LOST = 2013
+CR_SSL_CONNECTION_ERROR = 2026
+CR_MALFORMED_PACKET = 2027
+
+
+def error_number(exc: BaseException, connected: bool) -> int:
+    """The Last_IO_Errno of a failure: the primary's own error number when it refused (1045 for a
+    wrong password), else the client library's for what happened to the connection; ``connected``:
+    whether the dump was running when it failed (lost) or still being set up (not reached)."""
+    if isinstance(exc, ServerError):
+        return exc.code
+    if isinstance(exc, ssl.SSLError) or isinstance(exc.__cause__, ssl.SSLError):
+        return CR_SSL_CONNECTION_ERROR
+    if isinstance(exc, ProtocolError):
+        return CR_MALFORMED_PACKET
+    return CR_SERVER_LOST if connected else CR_CONN_HOST_ERROR

@@ -21,6 +21,8 @@ class UpstreamStatus:
     connected: bool = False
     reconnects: int = 0
     last_error: str | None = None
+    last_errno: int = 0  # the MySQL error number of last_error (ingest/errors.py, error_number)
+    last_error_time: float | None = None  # time.time() of last_error
     server_version: str | None = None
     server_id: int | None = None
     checksum_alg: int | None = None

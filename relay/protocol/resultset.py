@@ -10,6 +10,7 @@ from .packets import ProtocolError, build_eof, is_eof, lenenc_int, lenenc_str, r
 TYPE_VAR_STRING = 0xFD
 TYPE_LONGLONG = 0x08
 TYPE_LONG = 0x03
+TYPE_DOUBLE = 0x05
 CHARSET_UTF8 = 33
 CHARSET_UTF8MB4 = 45  # utf8mb4_general_ci
 CHARSET_BINARY = 63
@@ -140,6 +141,12 @@ def _column_type(rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...]
     return TYPE_VAR_STRING, CHARSET_UTF8
 
 
+def _declared_type(column_type: int) -> tuple[int, int]:
+    """A column typed by its statement (as the server's own column definitions are): numbers are
+    binary, text utf8."""
+    return column_type, CHARSET_UTF8 if column_type == TYPE_VAR_STRING else CHARSET_BINARY
+
+
 def build_result_head(columns: list[ColumnDef] | tuple[ColumnDef, ...]) -> list[bytes]:
     """The payloads before the rows of a result set whose columns are given whole: the rows
     (``build_row``) and the closing EOF follow, or an ERR where the server fails half-way."""
@@ -147,10 +154,13 @@ def build_result_head(columns: list[ColumnDef] | tuple[ColumnDef, ...]) -> list[
 
 
 def build_result_set(columns: list[str] | tuple[str, ...],
-                     rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...]) -> list[bytes]:
-    """Payloads of a complete text result set (to be framed with consecutive seq ids)."""
+                     rows: list[tuple[object, ...]] | tuple[tuple[object, ...], ...],
+                     types: tuple[int, ...] = ()) -> list[bytes]:
+    """Payloads of a complete text result set (to be framed with consecutive seq ids).  ``types``:
+    each column's type, as the statement defines it; without them a column is typed by its values."""
     payloads = [lenenc_int(len(columns))]
-    payloads.extend(build_column(name, *_column_type(rows, i)) for i, name in enumerate(columns))
+    payloads.extend(build_column(name, *(_declared_type(types[i]) if types else _column_type(rows, i)))
+                    for i, name in enumerate(columns))
     payloads.append(build_eof())
     payloads.extend(build_row(row) for row in rows)
     payloads.append(build_eof())

@@ -358,8 +358,9 @@ class ServerConnection:
     def send_error(self, code: int, message: str, sqlstate: str = "HY000") -> None:
         self._send(build_err(code, message, sqlstate))
 
-    def send_result_set(self, columns: list[str] | tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
-        for payload in build_result_set(columns, rows):
+    def send_result_set(self, columns: list[str] | tuple[str, ...], rows: list[tuple[object, ...]],
+                        types: tuple[int, ...] = ()) -> None:
+        for payload in build_result_set(columns, rows, types):
             self._send(payload)
 
     def send_result_head(self, columns: Sequence[ColumnDef]) -> None:
