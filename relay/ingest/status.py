@@ -19,6 +19,7 @@ class UpstreamStatus:
     """Live figures for logs and metrics."""
 
     connected: bool = False
+    stopped: bool = False  # by STOP SLAVE: no connection to the primary until START SLAVE
     reconnects: int = 0
     last_error: str | None = None
     server_version: str | None = None
