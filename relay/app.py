@@ -47,6 +47,7 @@ def upstream_settings(config: Config) -> UpstreamSettings:
         password=upstream.password.reveal() if upstream.password is not None else "",
         relay_server_id=config.server_id,
         start_file=upstream.start.file if upstream.start else None,
+        start_gtid=upstream.start.gtid if upstream.start else None,
         heartbeat_period=upstream.heartbeat_period,
         connect_timeout=upstream.connect_timeout,
         reconnect_initial_delay=upstream.reconnect.initial_delay,
@@ -103,7 +104,7 @@ class Relay:
         self.retention = RetentionKeeper(self.relay_log, RetentionPolicy(
             retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
             self.replica_book.needed, self.archiver.archived_names if self.archiver else None)
-        self.downstream = Downstream(config, self.relay_log, self.upstream.status, self.registry, self.retention)
+        self.downstream = Downstream(config, self.relay_log, self.upstream, self.registry, self.retention)
         self.metrics = Metrics(self.upstream.status, self.relay_log, self.registry, self.archiver)
         self.readiness = Readiness(self.upstream.status, self.relay_log, config.upstream.unready_after)
         self.http = HttpServer(self.metrics.render, self.readiness.check)
@@ -150,9 +151,8 @@ async def run_until_signalled(config: Config) -> None:
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             await nursery.start(relay.run)
-            log.info("binlog-relay running: server_id %d, data_dir %s, upstream %s:%d, replicas on port %d",
-                     config.server_id, config.data_dir, config.upstream.host, config.upstream.port,
-                     relay.downstream.port)
+            log.info("binlog-relay running: server_id %d, data_dir %s, upstream %s, replicas on port %d",
+                     config.server_id, config.data_dir, relay.upstream.effective(), relay.downstream.port)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

@@ -76,6 +76,18 @@ def follows_by_position(facts: CandidateFacts, origin_server_id: int | None) -> 
             or facts.binlog_state is None)
 
 
+def check_position_follow(facts: CandidateFacts, origin_server_id: int | None, own_files: bool) -> None:
+    """MASTER_USE_GTID=no: the relay may follow only by file and position, which needs the stored
+    files' own coordinates (no file of the relay's own yet) from a server that serves them."""
+    if own_files:
+        raise CandidateRefused("position", "MASTER_USE_GTID=no, but the relay's newest files are its own "
+                                           "(since a change of primary): it can continue only by GTID")
+    if not follows_by_position(facts, origin_server_id):
+        raise CandidateRefused("position", f"MASTER_USE_GTID=no, but server_id {facts.server_id} did not write "
+                                           f"the stored files (server_id {origin_server_id} did): it can be "
+                                           "followed only by GTID (MASTER_USE_GTID=slave_pos)")
+
+
 def check_resume_file(primary_sizes: dict[str, int], resume_file: str, position: int) -> None:
     """The primary (its binlogs and their sizes, SHOW BINARY LOGS) must still hold the file ingest
     resumes, at least as long as what the relay stored of it."""

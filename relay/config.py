@@ -117,8 +117,12 @@ class _PasswordHash(Kind):
 
 @dataclass(frozen=True, kw_only=True)
 class StartPosition:
-    file: str = opt(Str("binlog file name", BINLOG_NAME, "a binlog file name like 'mysql-bin.000001'"),
-                     "Binlog file to start from, e.g. mysql-bin.000001.")
+    file: str | None = opt(Str("binlog file name", BINLOG_NAME, "a binlog file name like 'mysql-bin.000001'"),
+                            "Binlog file to start from, e.g. mysql-bin.000001 (or give gtid).", None, nullable=True)
+    gtid: str | None = opt(Str("MariaDB GTID", r"\d{1,10}-\d{1,10}-\d{1,20}", "a MariaDB GTID like '0-1-42'"),
+                            "Instead of file: a MariaDB GTID (domain-server-seq_no); the relay starts with the "
+                            "primary's binlog file that holds it, stored whole from its first event.", None,
+                            nullable=True)
     position: int = opt(Int(4, 4), "Must be 4: stored files are whole copies of the primary's, "
                          "from their first event.", 4)
 
@@ -212,7 +216,9 @@ class UserConfig:
                                      "newline stripped). From the environment: BINLOG_RELAY_USERS_<NAME>_PASSWORD or "
                                      "_PASSWORD_FILE (NAME upper-cased, other characters than A-Z and 0-9 as _).",
                                      None, nullable=True)
-    admin: bool = opt(Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary).", False)
+    admin: bool = opt(Bool(), "May run PURGE BINARY LOGS (the BINLOG ADMIN privilege of a primary) and STOP/START "
+                       "SLAVE, CHANGE MASTER TO and RESET SLAVE (a replica's REPLICATION SLAVE ADMIN and RELOAD).",
+                       False)
 
     def native_hash(self) -> bytes | None:
         """SHA1(SHA1(password)), the 20 bytes mysql_native_password checks against; b"" = no password;
@@ -341,6 +347,16 @@ def _check_reconnect(raw: Mapping, values: dict, report: Report) -> None:
         report("max_delay", f"must be at least initial_delay ({initial}), got {maximum}")
 
 
+def _check_start(raw: Mapping, values: dict, report: Report) -> None:
+    has_file, has_gtid = raw.get("file") is not None, raw.get("gtid") is not None
+    if has_file and has_gtid:
+        report("gtid", "give file or gtid, not both")
+        values["gtid"] = INVALID
+    elif not has_file and not has_gtid:
+        report("file", "required key is missing (or give gtid, a MariaDB GTID to start at)")
+        values["file"] = INVALID
+
+
 def _check_cert_pair(values: dict, report: Report) -> None:
     cert, key = values["cert"], values["key"]
     if cert is not None and key is None:
@@ -447,6 +463,7 @@ def _check_config(raw: Mapping, values: dict, report: Report) -> None:
 
 
 _CHECKS = {
+    StartPosition: _check_start,
     ReconnectConfig: _check_reconnect,
     UpstreamSSL: _check_upstream_ssl,
     ListenSSL: _check_listen_ssl,

@@ -30,7 +30,9 @@ Response = tuple[str, str, bytes]  # status line, content type, body
 class Readiness:
     """/readyz: ready means serving (data_dir writable, and something stored or the primary
     connected) and ingest working or failing for no longer than ``unready_after`` seconds, the
-    reconnect back-off a relay is allowed before an orchestrator should stop sending it replicas."""
+    reconnect back-off a relay is allowed before an orchestrator should stop sending it replicas.
+    Ingest stopped by STOP SLAVE is not a failure: an operator (a failover manager repointing the
+    relay) stopped it, and replicas are served what is stored; the body says it is stopped."""
 
     def __init__(self, upstream: UpstreamStatus, relay_log: RelayLog, unready_after: float = 60.0) -> None:
         self.upstream = upstream
@@ -42,6 +44,10 @@ class Readiness:
         if not os.access(self.relay_log.data_dir, os.W_OK):
             return False, f"data_dir {self.relay_log.data_dir} is not writable"
         status = self.upstream
+        if status.stopped:  # by STOP SLAVE, on purpose: what is stored is served
+            if not self.relay_log.files:
+                return False, "ingest stopped (STOP SLAVE) and nothing stored to serve yet"
+            return True, "ready; ingest stopped (STOP SLAVE): serving what is stored"
         if status.connected or status.failing_since is None:
             return True, "ready"
         failing = time.monotonic() - status.failing_since

@@ -112,11 +112,14 @@ class RelayCollector(Collector):
         yield current
         yield _counter("upstream_switches", "Times ingest moved to another candidate primary", status.switches)
         yield _labelled_counter("upstream_candidates_refused", "Candidate primaries refused, by reason "
-                                "(read_only, replicating, behind, diverged)", "reason", status.refusals)
+                                "(read_only, replicating, behind, diverged; position: not followable by file and "
+                                "position, with MASTER_USE_GTID=no)", "reason", status.refusals)
         yield _gauge("upstream_semi_sync", "1 while the relay is a semi-sync replica of its primary",
                      int(status.semi_sync and status.connected))
         yield _counter("upstream_semi_sync_acks", "Transactions acknowledged to a semi-sync primary",
                        status.semi_sync_acks)
+        yield _gauge("upstream_stopped", "1 while ingest is stopped by STOP SLAVE (replicas are served what is "
+                     "stored; START SLAVE resumes)", int(status.stopped))
         yield _gauge("upstream_disk_full", "1 while ingest waits for space in data_dir (serving goes on)",
                      int(status.disk_full))
         yield _counter("upstream_disk_full_pauses", "Times ingest paused because data_dir was full",

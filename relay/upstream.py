@@ -24,9 +24,10 @@ from .ingest.connection import RECEIVE_SIZE, PrimaryConnection
 from .ingest.diskfull import is_disk_full, wait_for_space
 from .ingest.dumpstart import DumpStarter
 from .ingest.errors import FATAL, RETRYABLE, FatalIngestError, describe, error_number
-from .ingest.settings import UpstreamSettings
+from .ingest.repoint import UpstreamRefused, forget_upstream, save_upstream, saved_or_yaml, vet_new_upstream
+from .ingest.settings import Candidate, EffectiveUpstream, UpstreamChange, UpstreamSettings
 from .ingest.status import UpstreamStatus
-from .protocol.codes import ER_MASTER_FATAL_ERROR_READING_BINLOG
+from .protocol.codes import ER_MASTER_FATAL_ERROR_READING_BINLOG, ER_MASTER_INFO
 from .protocol.packets import ServerError
 from .replication.semisync import Ack
 from .replication.stream import IngestStream, Segment, StreamError
@@ -39,23 +40,95 @@ log = logging.getLogger(__name__)
 
 
 class Upstream:
-    """Keeps the relay log in step with the primary, reconnecting for ever."""
+    """Keeps the relay log in step with the primary, reconnecting for ever, but between STOP SLAVE
+    and START SLAVE; CHANGE MASTER TO and RESET SLAVE change which upstream it follows."""
 
     def __init__(self, settings: UpstreamSettings, relay_log: RelayLog,
                  replica_acks: ReplicaAcks | None = None) -> None:
-        self.settings = settings
+        self.yaml_settings = settings  # the configuration's upstream, followed again after RESET SLAVE
         self.relay_log = relay_log
         self.status = UpstreamStatus()
-        gtid_index = GtidIndex(relay_log)
-        self._chooser = CandidateChooser(settings, relay_log, self.status, gtid_index)
-        self._dumps = DumpStarter(settings, relay_log, self.status, gtid_index)
-        # replica_acks: the relay's semi-sync replicas, for semi_sync.wait_for_replicas
-        self._acks = Acknowledger(settings, relay_log, self.status, replica_acks)
+        self._gtid_index = GtidIndex(relay_log)
+        self._replica_acks = replica_acks  # the relay's semi-sync replicas, for semi_sync.wait_for_replicas
+        self._follow(saved_or_yaml(settings, relay_log.data_dir))
+        self._resumed = trio.Event()  # set by START SLAVE
+        self._session: trio.CancelScope | None = None  # what STOP SLAVE cancels
+        self._session_ended = trio.Event()
+
+    def _follow(self, settings: UpstreamSettings) -> None:
+        self.settings = settings
+        self._chooser = CandidateChooser(settings, self.relay_log, self.status, self._gtid_index)
+        self._dumps = DumpStarter(settings, self.relay_log, self.status, self._gtid_index)
+        self._acks = Acknowledger(settings, self.relay_log, self.status, self._replica_acks)
+
+    def effective(self) -> EffectiveUpstream:
+        """The upstream followed (or followed at START SLAVE): SHOW SLAVE STATUS and the log read it here."""
+        return EffectiveUpstream.of(self.settings, self.status.current, not self.status.stopped)
+
+    # ------------------------------------------------------------ runtime control (downstream/control.py)
+
+    async def stop(self) -> None:
+        """STOP SLAVE: the connection to the primary is closed and the partial group behind the
+        stored whole ones cut (as after a lost connection) before this returns; dumps go on serving
+        what is stored."""
+        self.status.stopped = True
+        self._resumed = trio.Event()
+        if self._session is not None:
+            self._session.cancel()
+            await self._session_ended.wait()
+
+    def start(self) -> None:
+        """START SLAVE: connect again, from where the stored history ends."""
+        self.status.stopped = False
+        self.status.failing_since = time.monotonic()  # not connected yet: unready_after counts from now
+        self._resumed.set()
+
+    async def change_master(self, change: UpstreamChange) -> EffectiveUpstream:
+        """CHANGE MASTER TO (ingest stopped): the new upstream is vetted (ingest/repoint.py), saved in
+        data_dir and followed at START SLAVE; a refusal raises and leaves everything as it was."""
+        now = self.effective()
+        settings = change.applied_to(self.settings, Candidate(now.host, now.port))
+        await vet_new_upstream(settings, self.relay_log, self._gtid_index)
+        try:
+            save_upstream(settings, self.yaml_settings, self.relay_log.data_dir)
+        except OSError as exc:
+            raise UpstreamRefused(ER_MASTER_INFO, f"Could not save the new upstream in {self.relay_log.data_dir}: "
+                                  f"{exc.strerror or exc}") from None
+        self._follow(settings)
+        return self.effective()
+
+    def reset_slave(self) -> None:
+        """RESET SLAVE [ALL] (ingest stopped): forget CHANGE MASTER TO; the YAML's upstream is followed
+        at START SLAVE.  The stored history stays: the relay never forgets where it is."""
+        if forget_upstream(self.relay_log.data_dir) or self.settings.repointed:
+            log.info("upstream: RESET SLAVE: following the YAML's upstream again from START SLAVE")
+        self._follow(self.yaml_settings)
+
+    # ------------------------------------------------------------ running
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.relay_log.run_committer)
-            await self._replicate_for_ever()
+            await self._replicate_between_stops()
+
+    async def _replicate_between_stops(self) -> None:
+        while True:
+            if self.status.stopped:
+                await self._resumed.wait()
+                continue
+            self._session_ended = trio.Event()
+            with trio.CancelScope() as self._session:
+                await self._replicate_for_ever()
+            self._session = None
+            self._halted()
+            self._session_ended.set()
+
+    def _halted(self) -> None:
+        self.status.connected = False
+        self.status.connected_event = trio.Event()
+        self.status.failing_since = None  # stopped on purpose: not failing
+        self.relay_log.keep_whole_groups()
+        log.info("upstream: ingest stopped (STOP SLAVE); replicas are served what is stored")
 
     async def _replicate_for_ever(self) -> None:
         delay = self.settings.reconnect_initial_delay

@@ -11,6 +11,7 @@ from ..protocol import server as proto
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from . import queries
+from .control import ControlHandler
 from .purge import PurgeHandler
 from .registry import Registry
 
@@ -32,6 +33,7 @@ class SessionContext:
     gtid_index: GtidIndex
     mysql_gtid_index: MysqlGtidIndex
     purge: PurgeHandler
+    control: ControlHandler  # STOP/START SLAVE, CHANGE MASTER TO, RESET SLAVE
     wait_for_replica_acks: bool = False  # semi_sync.wait_for_replicas > 0: ask semi-sync replicas for ACKs
     max_packet: int = proto.DEFAULT_MAX_PACKET  # listen.max_packet, for logged-in clients
     # caching_sha2_password: users who passed a full authentication since the start, and the key

@@ -16,7 +16,6 @@ import trio
 from ..binlog import events as ev
 from ..config import Config
 from ..gtid.gtid import format_gtid_position
-from ..ingest.status import UpstreamStatus
 from ..protocol import auth
 from ..protocol import server as proto
 from ..protocol.codes import ER_CON_COUNT_ERROR
@@ -26,6 +25,7 @@ from ..storage.retention import RetentionKeeper
 from . import queries
 from .binlogevents import binlog_events
 from .context import SessionContext
+from .control import ControlHandler, UpstreamControl
 from .purge import PurgeHandler
 from .registry import Registry
 from .session import handle_connection
@@ -68,11 +68,11 @@ def rsa_key_pair(data_dir: Path) -> tuple[bytes, bytes]:
 
 
 class Downstream:
-    def __init__(self, config: Config, relay_log: RelayLog, upstream_status: UpstreamStatus,
+    def __init__(self, config: Config, relay_log: RelayLog, upstream: UpstreamControl,
                  registry: Registry, retention: RetentionKeeper) -> None:
         self.config = config
         self.relay_log = relay_log
-        self.upstream_status = upstream_status
+        self.upstream_status = upstream.status
         self.registry = registry
         self.port: int | None = None
         self.active_connections = 0
@@ -88,10 +88,11 @@ class Downstream:
             tls_required=config.listen.ssl.require, next_connection_id=lambda: next(connection_ids),
             gtid_index=self.gtid_index, mysql_gtid_index=self.mysql_gtid_index,
             purge=PurgeHandler(retention, lambda name: name in admins),
+            control=ControlHandler(upstream, lambda name: name in admins),
             wait_for_replica_acks=config.semi_sync.wait_for_replicas > 0, max_packet=config.listen.max_packet,
             rsa_key_pair=rsa_key_pair(relay_log.data_dir))
         self._uuid = str(uuid.uuid5(uuid.NAMESPACE_OID, f"binlog-relay-server-{config.server_id}"))
-        self.status_facts = StatusFacts(config, relay_log, upstream_status, registry, self.gtid_index,
+        self.status_facts = StatusFacts(config, relay_log, upstream, registry, self.gtid_index,
                                         self.mysql_gtid_index, self._is_mariadb)
 
     def _is_mariadb(self) -> bool:

@@ -30,9 +30,12 @@ class Rows:
     types: tuple[int, ...] = ()  # the columns' types where the statement fixes them; else typed by value
 
 
+Warning = tuple[str, int, str]  # Level, Code, Message: a row of SHOW WARNINGS
+
+
 @dataclass(frozen=True)
 class Ok:
-    pass
+    warnings: tuple[Warning, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class SessionVariables:
     """User variables of one connection (SET @a = ...), lower-cased names."""
 
     values: dict[str, object] = field(default_factory=dict)
+    warnings: tuple[Warning, ...] = ()  # of the last statement, for SHOW WARNINGS
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,8 @@ def answer(sql: str, session: SessionVariables, server: ServerFacts, connection_
         return _set(text[4:], session, server)
     if lowered.startswith("select "):
         return _select(text[7:].strip(), session, server, connection_id, user)
+    if lowered == "show warnings":
+        return Rows(("Level", "Code", "Message"), session.warnings)
     if lowered.startswith("show "):
         return _show(lowered, text, server)
     if lowered in ("begin", "commit", "rollback", "start transaction") or lowered.startswith("use "):
@@ -201,6 +207,15 @@ def answer(sql: str, session: SessionVariables, server: ServerFacts, connection_
     if lowered.startswith("/*") and lowered.endswith("*/"):
         return Ok()
     return Error(ER_NOT_SUPPORTED_YET, f"binlog-relay does not support this statement: {text[:200]}", "42000")
+
+
+def conditions_of(reply: Reply) -> tuple[Warning, ...]:
+    """The conditions ``reply`` raises, as SHOW WARNINGS shows them: an OK's warnings, or the error."""
+    if isinstance(reply, Ok):
+        return reply.warnings
+    if isinstance(reply, Error):
+        return (("Error", reply.code, reply.message),)
+    return ()
 
 
 # ------------------------------------------------------------------ SET

@@ -16,6 +16,9 @@ What the relay puts where (README "Status statements"):
 - Slave_SQL_Running is "Yes" while the relay runs: storing what it receives is what it applies, and
   that never stops while ingest runs (a real replica's SQL thread also keeps running while its IO
   thread reconnects).  Slave_IO_Running is "Yes" while connected and dumping, else "Connecting".
+  After STOP SLAVE both are "No", as a replica's are.
+- Master_Host, Master_Port, Master_User and the SSL columns: the upstream ingest follows, the one
+  CHANGE MASTER TO gave when it did (relay/ingest/settings.py EffectiveUpstream).
 - Gtid_IO_Pos and Gtid_Slave_Pos: the GTID position of the stored history.
 """
 
@@ -67,6 +70,7 @@ class ReplicaStatus:
     heartbeat_period: float = 0.0
     waiting_for_space: bool = False  # ingest paused: data_dir is full
     reconnecting: bool = False  # not connected, after a dump that ran
+    sql_running: str = "Yes"  # No after STOP SLAVE, with io_running
 
 
 # -------------------------------------------------------------------------- the statements
@@ -166,7 +170,7 @@ def _mariadb_values(status: ReplicaStatus) -> dict[str, object]:
         "Master_Host": status.host, "Master_User": status.user, "Master_Port": status.port,
         "Master_Log_File": status.read_file, "Read_Master_Log_Pos": status.read_position,
         "Relay_Master_Log_File": status.exec_file, "Slave_IO_Running": status.io_running,
-        "Slave_SQL_Running": "Yes", "Exec_Master_Log_Pos": status.exec_position,
+        "Slave_SQL_Running": status.sql_running, "Exec_Master_Log_Pos": status.exec_position,
         "Master_SSL_Allowed": _yes_no(status.ssl), "Master_SSL_CA_File": status.ssl_ca,
         "Master_SSL_CA_Path": "", "Master_SSL_Cert": status.ssl_cert, "Master_SSL_Cipher": "",
         "Master_SSL_Key": status.ssl_key, "Seconds_Behind_Master": status.seconds_behind,
@@ -239,7 +243,7 @@ def _mysql_values(status: ReplicaStatus) -> dict[str, object]:
         "Replica_IO_State": _io_state(status, MYSQL_IO_STATES), "Source_Host": status.host,
         "Source_User": status.user, "Source_Port": status.port, "Source_Log_File": status.read_file,
         "Read_Source_Log_Pos": status.read_position, "Relay_Source_Log_File": status.exec_file,
-        "Replica_IO_Running": status.io_running, "Replica_SQL_Running": "Yes",
+        "Replica_IO_Running": status.io_running, "Replica_SQL_Running": status.sql_running,
         "Exec_Source_Log_Pos": status.exec_position, "Source_SSL_Allowed": _yes_no(status.ssl),
         "Source_SSL_CA_File": status.ssl_ca, "Source_SSL_CA_Path": "", "Source_SSL_Cert": status.ssl_cert,
         "Source_SSL_Cipher": "", "Source_SSL_Key": status.ssl_key, "Seconds_Behind_Source": status.seconds_behind,

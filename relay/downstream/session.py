@@ -18,6 +18,7 @@ from ..protocol.codes import ER_MASTER_FATAL_ERROR_READING_BINLOG, ER_UNKNOWN_CO
 from ..protocol.packets import PacketTooLarge
 from . import queries
 from .context import SessionContext
+from .controlsql import without_passwords
 from .dump import DumpRequest, same_id_message, serve_dump
 from .globalstatus import command_of
 from .registry import Replica
@@ -131,16 +132,20 @@ class _Session:
             registry.count_command("change_db")
 
     async def _answer(self, sql: str) -> None:
-        reply = self.context.purge.answer(sql, self.user) or queries.answer(
-            sql, self.variables, self.context.facts(), self.connection_id, self.user)
+        reply = (await self.context.control.answer(sql, self.user) or self.context.purge.answer(sql, self.user)
+                 or queries.answer(sql, self.variables, self.context.facts(), self.connection_id, self.user))
+        # A statement that raises a condition replaces SHOW WARNINGS' list; one that raises none leaves
+        # it (MariaDB clears it before statements that use tables, and the relay has none).
+        self.variables.warnings = queries.conditions_of(reply) or self.variables.warnings
         if isinstance(reply, queries.StreamedRows):
             await self._stream(reply)
         elif isinstance(reply, queries.Rows):
             self.conn.send_result_set(reply.columns, list(reply.rows), reply.types)
         elif isinstance(reply, queries.Ok):
-            self.conn.send_ok()
+            self.conn.send_ok(warnings=len(reply.warnings))
         else:
-            log.debug("downstream %s: %s -> ERROR %d %s", self.peer, sql[:200], reply.code, reply.message)
+            log.debug("downstream %s: %s -> ERROR %d %s", self.peer, without_passwords(sql)[:200], reply.code,
+                      without_passwords(reply.message))
             self.conn.send_error(reply.code, reply.message, reply.sqlstate)
 
     async def _stream(self, reply: queries.StreamedRows) -> None:

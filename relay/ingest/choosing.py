@@ -15,6 +15,7 @@ from ..candidates import (
     CandidateFacts,
     CandidateRefused,
     check_history,
+    check_position_follow,
     check_server_id,
     check_writable,
 )
@@ -81,36 +82,54 @@ class CandidateChooser:
 
     async def _vet(self, conn: PrimaryConnection) -> CandidateFacts:
         greeting = conn.greeting
-        server_id = await _server_id(conn, greeting.is_mariadb)
+        server_id = await server_id_of(conn)
+        check_server_id(server_id, self.settings.relay_server_id)
         self._check_identity(server_id, greeting.server_version)
-        if len(self.settings.all_candidates) == 1 and self.relay_log.state.own_files_from is None:
+        if (len(self.settings.all_candidates) == 1 and self.relay_log.state.own_files_from is None
+                and not self.settings.repointed):
             # One upstream, as configured: followed as it is (a chain of relays, a replica on purpose).
             return CandidateFacts(server_id, False, "", False, None)
-        rows = await conn.rows("SELECT @@GLOBAL.read_only, @@version_comment")
-        read_only, comment = (rows[0] if rows else ("0", ""))
-        running = binlog_state = None
-        if comment != RELAY_VERSION_COMMENT:  # (SHOW SLAVE STATUS would need SLAVE MONITOR)
-            running_rows = await conn.rows("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
-            running = running_rows[0][1] if running_rows else None
-            if greeting.is_mariadb:
-                state_rows = await conn.rows("SELECT @@GLOBAL.gtid_binlog_state")
-                binlog_state = (state_rows[0][0] or "") if state_rows else ""
-        facts = CandidateFacts.from_answers(server_id, read_only, comment, running, binlog_state)
-        check_writable(facts)
-        if facts.binlog_state is not None:
-            check_history(self._gtid_index.binlog_state(), facts.binlog_state)
+        facts = await candidate_facts(conn, server_id)
+        vet_candidate(facts, self.settings, self.relay_log, self._gtid_index)
         return facts
 
     def _check_identity(self, server_id: int, version: str) -> None:
-        check_server_id(server_id, self.settings.relay_server_id)
         self.status.server_id = server_id
         state = self.relay_log.state
         if state.upstream_server_id != server_id or state.upstream_version != version:
             self.relay_log.remember_upstream(server_id, version)
 
 
-async def _server_id(conn: PrimaryConnection, is_mariadb: bool) -> int:
-    if is_mariadb:
+def vet_candidate(facts: CandidateFacts, settings: UpstreamSettings, relay_log: RelayLog,
+                  gtid_index: GtidIndex) -> None:
+    """The decisions of relay/candidates.py on a candidate's answers: writable (unless CHANGE MASTER
+    chose it: an operator may point the relay at a replica on purpose), holding the stored history,
+    and followable by position where MASTER_USE_GTID=no says so."""
+    if not settings.repointed:
+        check_writable(facts)
+    if facts.binlog_state is not None:
+        check_history(gtid_index.binlog_state(), facts.binlog_state)
+    if settings.use_gtid == "no":
+        check_position_follow(facts, relay_log.resume_point().origin_server_id,
+                              relay_log.state.own_files_from is not None)
+
+
+async def candidate_facts(conn: PrimaryConnection, server_id: int) -> CandidateFacts:
+    """What a candidate answers about itself (CandidateFacts), on a logged-in connection."""
+    rows = await conn.rows("SELECT @@GLOBAL.read_only, @@version_comment")
+    read_only, comment = (rows[0] if rows else ("0", ""))
+    running = binlog_state = None
+    if comment != RELAY_VERSION_COMMENT:  # (SHOW SLAVE STATUS would need SLAVE MONITOR)
+        running_rows = await conn.rows("SHOW GLOBAL STATUS LIKE 'Slaves_running'")
+        running = running_rows[0][1] if running_rows else None
+        if conn.greeting.is_mariadb:
+            state_rows = await conn.rows("SELECT @@GLOBAL.gtid_binlog_state")
+            binlog_state = (state_rows[0][0] or "") if state_rows else ""
+    return CandidateFacts.from_answers(server_id, read_only, comment, running, binlog_state)
+
+
+async def server_id_of(conn: PrimaryConnection) -> int:
+    if conn.greeting.is_mariadb:
         rows = await conn.rows("SHOW VARIABLES LIKE 'server_id'")
         value = rows[0][1] if rows else None
     else:

@@ -21,6 +21,7 @@ from .connection import PrimaryConnection
 from .errors import FatalIngestError
 from .refetch import fetch_damaged_again
 from .settings import UpstreamSettings
+from .startgtid import file_holding
 from .status import UpstreamStatus
 
 log = logging.getLogger("relay.upstream")  # one logger for the upstream side, as before its split
@@ -70,11 +71,15 @@ class DumpStarter:
         return stream
 
     async def _first_file(self, conn: PrimaryConnection) -> str:
+        """Where a fresh data_dir begins: upstream.start.file, the file holding upstream.start.gtid, or
+        the primary's first binlog."""
         if self.settings.start_file:
             return self.settings.start_file
         rows = await conn.rows("SHOW BINARY LOGS")
         if not rows:
             raise FatalIngestError("the primary has no binary logs (is log_bin enabled?)")
+        if self.settings.start_gtid:
+            return await file_holding(conn, [row[0] or "" for row in rows], self.settings.start_gtid)
         return rows[0][0] or ""
 
     async def _check_history(self, conn: PrimaryConnection, resume_file: str | None, position: int) -> None:

@@ -19,6 +19,7 @@ class UpstreamStatus:
     """Live figures for logs and metrics."""
 
     connected: bool = False
+    stopped: bool = False  # by STOP SLAVE: no connection to the primary until START SLAVE
     reconnects: int = 0
     last_error: str | None = None
     last_errno: int = 0  # the MySQL error number of last_error (ingest/errors.py, error_number)

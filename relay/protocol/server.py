@@ -352,8 +352,8 @@ class ServerConnection:
 
     # ------------------------------------------------------------ replies
 
-    def send_ok(self, info: bytes = b"") -> None:
-        self._send(build_ok(info=info))
+    def send_ok(self, info: bytes = b"", warnings: int = 0) -> None:
+        self._send(build_ok(warnings=warnings, info=info))
 
     def send_error(self, code: int, message: str, sqlstate: str = "HY000") -> None:
         self._send(build_err(code, message, sqlstate))

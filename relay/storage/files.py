@@ -71,12 +71,16 @@ def make_durable_dir(path: Path) -> None:
         fsync_dir(directory.parent)
 
 
-def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, sync: bool = True, mode: int | None = None) -> None:
     """Write a temp file, fsync it, rename it over ``path``, fsync the directory: after a
     crash the file holds either the old or the new content, never a mix.  Without ``sync``
-    (a cache that is rebuilt when damaged) nothing is flushed: readers still never see a mix."""
+    (a cache that is rebuilt when damaged) nothing is flushed: readers still never see a mix.
+    ``mode`` (0o600 for a secret): the file's permissions from its first byte on."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as out:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    if mode is not None:
+        os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode through O_CREAT
+    with os.fdopen(fd, "wb") as out:
         out.write(data)
         if sync:
             out.flush()

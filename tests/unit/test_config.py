@@ -236,7 +236,11 @@ def test_durations(text, expected):
     # binlog names
     ("upstream.start", {"file": "mysql-bin.1"}, "upstream.start.file: expected a binlog file name like "
                                                 "'mysql-bin.000001', got 'mysql-bin.1'"),
-    ("upstream.start", {"position": 4}, "upstream.start.file: required key is missing"),
+    ("upstream.start", {"position": 4}, "upstream.start.file: required key is missing (or give gtid, a MariaDB "
+     "GTID to start at)"),
+    ("upstream.start", {"file": "mysql-bin.000001", "gtid": "0-1-5"}, "upstream.start.gtid: give file or gtid, "
+     "not both"),
+    ("upstream.start", {"gtid": "0-1"}, "upstream.start.gtid: expected a MariaDB GTID like '0-1-42', got '0-1'"),
     # cross-key rules
     ("upstream.reconnect", {"initial_delay": 5, "max_delay": 1},
      "upstream.reconnect.max_delay: must be at least initial_delay (5.0), got 1.0"),

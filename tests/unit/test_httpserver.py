@@ -50,6 +50,10 @@ async def test_the_endpoint_routes_metrics_health_and_readiness(tmp_path, nurser
         assert line == "HTTP/1.1 503 Service Unavailable" and body.startswith("ingest has been failing for"), body
         assert body.rstrip().endswith(": refused"), body
         assert (await _get(port, "/nope"))[0] == "HTTP/1.1 404 Not Found"
+        # Stopped by STOP SLAVE: on purpose, not failing; ready while something is stored to serve.
+        status.stopped = True
+        assert await _get(port, "/readyz") == ("HTTP/1.1 503 Service Unavailable", "text/plain",
+                                               "ingest stopped (STOP SLAVE) and nothing stored to serve yet\n")
     finally:
         relay_log.close()
 

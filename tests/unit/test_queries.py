@@ -88,6 +88,19 @@ def test_show_statements():
                                             ((11, "replica-a", 3306, 1001),))
 
 
+def test_show_warnings_shows_the_conditions_of_the_last_statement_that_raised_any():
+    from relay.downstream.queries import conditions_of
+
+    session = SessionVariables()
+    assert _ask("SHOW WARNINGS", session) == Rows(("Level", "Code", "Message"), ())
+    note = ("Note", 1255, "Slave already has been stopped")
+    assert conditions_of(Ok(warnings=(note,))) == (note,)
+    assert conditions_of(Error(1198, "running")) == (("Error", 1198, "running"),)
+    assert conditions_of(Ok()) == () and conditions_of(Rows(("a",), ())) == ()
+    session.warnings = (note,)
+    assert _ask("show  warnings;", session) == Rows(("Level", "Code", "Message"), (note,))
+
+
 def test_a_mysql_history_shows_its_gtid_set_and_gtid_mode():
     executed = "97c7af02-4c50-11ec-acd8-681842034964:1-5"
     mysql = dict(is_mariadb=False, mysql_gtid_executed=lambda: executed,
