@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from ..binlog import events as ev
 from ..binlog.collations import collation
+from ..errors import Refusal
 from ..gtid.mysqlgtid import GtidSet, MysqlGtidError, gtid_of_event
 
 
-class EventInfoError(ValueError):
+class EventInfoError(Refusal):
     """An event whose body does not parse: a primary reading it fails the same way."""
 
 

@@ -60,6 +60,20 @@ def _ok(answer: tuple) -> bool:
     return answer[:2] == ("ok", 0)
 
 
+def _slave_status(port: int, user: str = REPL_USER, password: str = REPL_PASSWORD) -> dict[str, object]:
+    import pymysql
+    import pymysql.cursors
+
+    conn = pymysql.connect(host="127.0.0.1", port=port, user=user, password=password,
+                           cursorclass=pymysql.cursors.DictCursor)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW SLAVE STATUS")
+            return dict(cursor.fetchone())
+    finally:
+        conn.close()
+
+
 def _relay_position(relay) -> tuple[str, int]:
     with BlockingClient(relay.port, REPL_USER, REPL_PASSWORD) as client:
         row = client.rows("SHOW MASTER STATUS")[0]
@@ -181,6 +195,10 @@ def test_stop_slave_pauses_ingest_and_a_server_without_the_history_is_refused(ma
     assert http_get(metrics_port, "/readyz") == (200, "ready; ingest stopped (STOP SLAVE): serving what is stored\n")
     assert _metric(metrics_port, "binlog_relay_upstream_stopped") == 1
     assert _metric(metrics_port, "binlog_relay_upstream_connected") == 0
+    # SHOW SLAVE STATUS says stopped, as a stopped replica's does
+    shown = _slave_status(relay.port)
+    assert (shown["Slave_IO_Running"], shown["Slave_SQL_Running"]) == ("No", "No"), shown
+    assert shown["Master_Port"] == primary.port
     stopped_at = _relay_position(relay)
     with WriteLoad(primary) as load:
         wait_for(lambda: load.commits >= 20, 30, "the primary took no writes")
@@ -272,6 +290,8 @@ def test_the_relay_is_repointed_between_two_primaries_while_its_replica_keeps_re
         in relay.log_text()
     wait_for(lambda: RELAY_SERVER_ID in _dumping_from(second), 30, "the restarted relay did not follow the second")
     assert RELAY_SERVER_ID not in _dumping_from(first)
+    shown = _slave_status(relay.port)  # the effective upstream: the CHANGE MASTER TO's
+    assert (shown["Master_Port"], shown["Using_Gtid"], shown["Slave_SQL_Running"]) == (second.port, "Slave_Pos", "Yes")
     _writes(second, "shop", 100, 10)
     _wait_applied(by_gtid, second, "the relay's replica, after the restart")
 
