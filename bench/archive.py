@@ -51,6 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from relay.archive.objectformat import DEFAULT_LEVEL
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
 from relay.sandbox.ports import LOOPBACK, free_port
 from relay.sandbox.relayprocess import RELAY_SERVER_ID, RelayProcess, http_get, start_relay
@@ -398,7 +399,15 @@ def _wait_no_fetch(relay: RelayProcess, timeout: float) -> None:
 # ================================================================ 3. zstd and AES cost
 
 
-def compression_round(files: list[BinlogFile], level: int, encrypted: bool) -> dict[str, Any]:
+def _compression_variants(args: argparse.Namespace) -> list[tuple[str, int, bool]]:
+    """(variant, level, encrypted): the relay's level plain and encrypted, and --compare-level plain."""
+    variants = [("plain", args.level, False), ("encrypted", args.level, True)]
+    if args.compare_level != args.level:
+        variants.append((f"plain, level {args.compare_level}", args.compare_level, False))
+    return variants
+
+
+def compression_round(files: list[BinlogFile], level: int, encrypted: bool, variant: str) -> dict[str, Any]:
     """Every file through ObjectWriter and back through ObjectReader.decode_frame, CPU-timed apart."""
     from relay.archive.objectformat import Kek, ObjectLayout, ObjectReader, ObjectWriter, kek_id
 
@@ -427,7 +436,7 @@ def compression_round(files: list[BinlogFile], level: int, encrypted: bool) -> d
         file_bytes += len(data)
         object_bytes += len(obj)
         frames += len(layout.frames)
-    return {"variant": "encrypted" if encrypted else "plain", "file_bytes": file_bytes, "object_bytes": object_bytes,
+    return {"variant": variant, "level": level, "file_bytes": file_bytes, "object_bytes": object_bytes,
             "frames": frames, "ratio": file_bytes / object_bytes, "compress_cpu_s": compress_s,
             "decode_cpu_s": decode_s, "compress_cpu_s_per_gib": compress_s * GIB / file_bytes,
             "decode_cpu_s_per_gib": decode_s * GIB / file_bytes}
@@ -494,8 +503,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
 
         compression_runs: list[dict[str, Any]] = []
         for round_no in range(1, args.rounds + 1):
-            for encrypted in (False, True):
-                record = compression_round(closed, args.level, encrypted)
+            for variant, level, encrypted in _compression_variants(args):
+                record = compression_round(closed, level, encrypted, variant)
                 record["round"] = round_no
                 compression_runs.append(record)
                 log(f"compression round {round_no}/{args.rounds}, {record['variant']}: ratio {record['ratio']:.2f}, "
@@ -560,9 +569,9 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
     serve["headline"] = {"ratio": serve[FIRST]["ratio"], "shelf_ratio": serve[SHELF]["ratio"], "goal": SERVE_GOAL,
                          "goal_met": serve[FIRST]["ratio"] >= SERVE_GOAL}
     compression = {}
-    for variant in ("plain", "encrypted"):
+    for variant in dict.fromkeys(r["variant"] for r in compression_runs):
         mine = [r for r in compression_runs if r["variant"] == variant]
-        compression[variant] = {"runs": len(mine), "ratio": mine[0]["ratio"],
+        compression[variant] = {"runs": len(mine), "ratio": mine[0]["ratio"], "level": mine[0]["level"],
                                 **{name: _spread([r[name] for r in mine]) for name in (
                                     "compress_cpu_s_per_gib", "decode_cpu_s_per_gib")}}
     return {"archive": archive, "serve": serve, "compression": compression}
@@ -627,7 +636,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      primary={"size_mb": 300, "min_mb": 200, "max_binlog_size": "64M", "port": 26346,
                               "name": "bencharchive"})
     p.add_argument("--min-files", type=int, default=3, help="refuse to measure fewer closed binlog files")
-    p.add_argument("--level", type=int, default=3, choices=range(1, 20), metavar="1-19",
+    p.add_argument("--compare-level", type=int, default=3, choices=range(1, 20), metavar="1-19",
+                   help="a zstd level measured beside --level in part 3 (plain), for the choice of the default")
+    p.add_argument("--level", type=int, default=DEFAULT_LEVEL, choices=range(1, 20), metavar="1-19",
                    help="zstd level (archive.compression_level; the relay's default is 3)")
     p.add_argument("--encrypted", action="store_true",
                    help="the relay's archive encrypted (a random key-encryption key); part 3 measures both anyway")

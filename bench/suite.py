@@ -404,9 +404,10 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
     lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])}).", "",
               ("*Object format cost*: the closed files through the archive's ObjectWriter and back through "
                "ObjectReader.decode_frame in the benchmark's process, CPU seconds of one core per GiB of file."), "",
-              "| variant | compress CPU s/GiB | decode CPU s/GiB | zstd ratio |", "|---|---:|---:|---:|"]
+              "| variant | zstd level | compress CPU s/GiB | decode CPU s/GiB | zstd ratio |",
+              "|---|---:|---:|---:|---:|"]
     for variant, c in s["compression"].items():
-        lines.append(f"| {variant} | {c['compress_cpu_s_per_gib']['median']:.2f} | "
+        lines.append(f"| {variant} | {c.get('level', '')} | {c['compress_cpu_s_per_gib']['median']:.2f} | "
                      f"{c['decode_cpu_s_per_gib']['median']:.2f} | {c['ratio']:.2f} |")
     lines.append("")
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
@@ -50,5 +50,6 @@ _ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(trio.
 async def run_abandonable(sync_fn: Callable[..., T], *args: object) -> T:
     """trio.to_thread.run_sync(sync_fn, *args), given up when the calling task is cancelled: the
     thread runs on to its own end, and its result is lost (the caller tells it to stop)."""
-    result: T = await trio.to_thread.run_sync(sync_fn, *args, **{_ABANDON: True})
+    run_sync: Any = trio.to_thread.run_sync  # the keyword's name depends on the trio installed
+    result: T = await run_sync(sync_fn, *args, **{_ABANDON: True})
     return result
