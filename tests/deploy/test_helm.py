@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from relay.archive.objectformat import DEFAULT_LEVEL
 from relay.config import iter_options, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -767,7 +768,7 @@ def check_archive(rendered: Rendered, config: Any, init_mounts: dict[str, Path])
     archive = config.archive
     assert (archive.url, archive.endpoint_url, archive.region) == (
         values.get("url"), values.get("endpoint_url"), values.get("region"))
-    assert archive.compression_level == values.get("compression_level", 3)
+    assert archive.compression_level == values.get("compression_level", DEFAULT_LEVEL)
     retention = values.get("retention", {})
     assert archive.retention.max_age == (90 * 86400 if retention.get("max_age") else None)
     assert archive.retention.max_files == retention.get("max_files")
