@@ -34,4 +34,4 @@ install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 "$PYTHON" -m ruff check relay tests bench
 "$PYTHON" -m mypy relay  # tests/ is not type-checked (yet)
-exec "$PYTHON" -m pytest -q -ra --timeout=600 "$@"
+exec "$PYTHON" -m pytest -q -ra --timeout=600 --durations=25 "$@"

@@ -28,7 +28,15 @@ from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
-from .objects import ArchivedFile, ArchivedFileReader, delete_archived, list_archive, read_file_start_gtids, upload
+from .objects import (
+    ArchivedFile,
+    ArchivedFileReader,
+    FetchStopped,
+    delete_archived,
+    list_archive,
+    read_file_start_gtids,
+    upload,
+)
 from .store import ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
@@ -208,6 +216,8 @@ class Archiver:
         try:
             reader = ArchivedFileReader(store, name, self.settings.keks)
             reader.copy_to(target, stop)
+        except FetchStopped:
+            raise  # its reader went away: nothing failed
         except ArchiveError as exc:
             self.status.failed("read")
             if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):

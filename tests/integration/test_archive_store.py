@@ -30,6 +30,7 @@ from relay.archive.store import (
     open_store,
 )
 from relay.errors import FatalError, InputError, Refusal, RetryableError
+from relay.sandbox.polling import wait_for
 from tests.support.certs import make_certs
 
 if TYPE_CHECKING:
@@ -170,6 +171,17 @@ store.put("mysql-bin.000009.zst", parts())
 """
 
 
+def _parts_stored(s3_server: S3Server) -> list[dict[str, object]]:
+    """The parts the store holds of the one incomplete upload (none while it has not started)."""
+    uploads = s3_server.incomplete_uploads()
+    if not uploads:
+        return []
+    listed = s3_server.client().list_parts(Bucket=s3_server.bucket, Key=uploads[0]["Key"],
+                                           UploadId=uploads[0]["UploadId"])
+    parts: list[dict[str, object]] = listed.get("Parts", [])
+    return parts
+
+
 def test_a_killed_multipart_upload_leaves_no_object(s3_server: S3Server) -> None:
     config = s3_server.store_config(multipart_threshold=5 * MIB, part_size=5 * MIB)
     store = S3Store(config)
@@ -185,6 +197,8 @@ def test_a_killed_multipart_upload_leaves_no_object(s3_server: S3Server) -> None
                 break
         else:
             pytest.fail(f"the uploader ended early with {child.wait()}")
+        # parts go up several at once: kill it once two of them have landed
+        wait_for(lambda: len(_parts_stored(s3_server)) >= 2, 30, "no part of the upload landed")
         child.send_signal(signal.SIGKILL)
     finally:
         if child.poll() is None:
@@ -194,9 +208,7 @@ def test_a_killed_multipart_upload_leaves_no_object(s3_server: S3Server) -> None
 
     uploads = s3_server.incomplete_uploads()
     assert [upload["Key"] for upload in uploads] == ["archive/mysql-bin.000009.zst"]
-    parts = s3_server.client().list_parts(Bucket=s3_server.bucket, Key=uploads[0]["Key"],
-                                          UploadId=uploads[0]["UploadId"])["Parts"]
-    assert len(parts) >= 2  # it was well under way
+    assert len(_parts_stored(s3_server)) >= 2  # it was well under way
     # the key still holds what was there before: the killed upload never became the object
     assert store.get_range("mysql-bin.000009.zst", 0, 100) == b"the version archived before"
     assert [item.name for item in store.list()] == ["mysql-bin.000009.zst"]
