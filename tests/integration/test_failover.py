@@ -16,11 +16,7 @@ from relay.sandbox.relayprocess import http_get
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.support.mariadb import MariaDB
 from tests.support.relay import wait_for_mirror
-from tests.support.replication import (
-    WriteLoad,
-    table_checksums,
-    user_tables,
-)
+from tests.support.replication import WriteLoad, assert_same_tables
 
 SMALL_BINLOGS = "--max-binlog-size=16384"
 ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, GTID_LIST_EVENT = 4, 15, 163
@@ -50,14 +46,6 @@ def _wait_applied(replica: MariaDB, source: MariaDB, what: str, timeout: float =
 
 def _promote(replica: MariaDB) -> None:
     replica.execute_many(["STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = 0"])
-
-
-def _assert_same_tables(expected: MariaDB, *others: MariaDB) -> None:
-    tables = user_tables(expected)
-    assert tables
-    want = table_checksums(expected, tables)
-    for other in others:
-        assert table_checksums(other, tables) == want, f"server_id {other.server_id} differs"
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["clean", "kill9-during-switch"])
@@ -91,7 +79,7 @@ def test_the_relay_follows_a_promoted_replica_and_its_replicas_carry_on(mariadb_
     wait_for(lambda: "switching from" in relay.log_text(), 60, "the relay did not switch to the standby")
     _wait_applied(by_gtid, standby, "the GTID replica of the relay")
     _wait_applied(by_position, standby, "the file/position replica of the relay")
-    _assert_same_tables(standby, by_gtid, by_position)
+    assert_same_tables(standby, by_gtid, by_position)
     assert by_position.slave_status()["Using_Gtid"] == "No"
     # The old files are kept as they were, but for the last one, closed by the relay's ROTATE;
     # the promoted primary's transactions are in files of the relay's own after it.
@@ -169,7 +157,7 @@ def test_behind_and_diverged_candidates_are_refused_and_a_lagging_one_catches_up
     lagging.sql("INSERT INTO f.t VALUES (2000, 'after the promotion')")
     wait_for(lambda: "switching from" in relay.log_text(), 60, "the relay did not follow the caught-up standby")
     _wait_applied(by_gtid, lagging, "the GTID replica of the relay")
-    _assert_same_tables(lagging, by_gtid)
+    assert_same_tables(lagging, by_gtid)
     assert by_gtid.sql("SELECT COUNT(*) FROM f.t WHERE v = 'only the relay has it'") == [(10,)]
     metrics = http_get(metrics_port, "/metrics")[1]
     assert _metric(metrics, "binlog_relay_upstream_switches_total") == 1

@@ -19,7 +19,7 @@ from relay.sandbox.relayprocess import http_get
 from relay.sandbox.replication import attach_replica
 from relay.storage.files import first_difference
 from tests.support.mariadb import MariaDB
-from tests.support.replication import WriteLoad, assert_healthy, table_checksums, user_tables
+from tests.support.replication import WriteLoad, assert_healthy, assert_same_tables
 
 ADMIN, ADMIN_PASSWORD = "ops", "ops-secret"
 USERS = [{"name": REPL_USER, "password": REPL_PASSWORD}, {"name": ADMIN, "password": ADMIN_PASSWORD, "admin": True}]
@@ -98,14 +98,6 @@ def _wait_applied(replica: MariaDB, source: MariaDB, what: str, timeout: float =
             raise AssertionError(f"{what} stopped: {status['Last_IO_Error']} {status['Last_SQL_Error']}")
         return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) == _gtid_binlog_pos(source)
     wait_for(caught_up, timeout, f"{what} did not catch up with server_id {source.server_id}")
-
-
-def _assert_same_tables(expected: MariaDB, *others: MariaDB) -> None:
-    tables = user_tables(expected)
-    assert tables
-    want = table_checksums(expected, tables)
-    for other in others:
-        assert table_checksums(other, tables) == want, f"server_id {other.server_id} differs"
 
 
 def _writes(server: MariaDB, schema: str, first: int, count: int) -> None:
@@ -222,7 +214,7 @@ def test_stop_slave_pauses_ingest_and_a_server_without_the_history_is_refused(ma
     wait_for(lambda: _relay_position(relay) == primary.master_status(), 30, "the relay did not catch up")
     _writes(primary, "shop", 100, 5)
     _wait_applied(downstream, primary, "the relay's replica")
-    _assert_same_tables(primary, downstream)
+    assert_same_tables(primary, downstream)
     assert http_get(metrics_port, "/readyz")[0] == 200 and _metric(metrics_port, "binlog_relay_upstream_stopped") == 0
     assert RELAY_SERVER_ID not in _dumping_from(unrelated)
 
@@ -309,7 +301,7 @@ def test_the_relay_is_repointed_between_two_primaries_while_its_replica_keeps_re
     _wait_applied(moved, first, "the replica moved back to the primary")
     _wait_applied(by_gtid, first, "the relay's replica, at the end")
     _wait_applied(second, first, "the second primary, now a replica")
-    _assert_same_tables(first, second, by_gtid, moved)
+    assert_same_tables(first, second, by_gtid, moved)
     assert_healthy(by_gtid)
 
     # RESET SLAVE forgets the CHANGE MASTER TO: the YAML's upstream (the first primary) again.

@@ -81,6 +81,15 @@ def table_checksums(server: MariaDB, tables: list[str]) -> dict[str, int | None]
     return {table: server.sql(f"CHECKSUM TABLE {table}")[0][1] for table in tables}
 
 
+def assert_same_tables(expected: MariaDB, *others: MariaDB) -> None:
+    """Every user table of ``expected`` has the same CHECKSUM TABLE on each of ``others``."""
+    tables = user_tables(expected)
+    assert tables
+    want = table_checksums(expected, tables)
+    for other in others:
+        assert table_checksums(other, tables) == want, f"server_id {other.server_id} differs"
+
+
 def assert_same_data(primary: MariaDB, replica: MariaDB) -> list[str]:
     """Same user tables, and CHECKSUM TABLE equal for each; returns the tables compared."""
     tables = user_tables(primary)
