@@ -64,3 +64,41 @@ def test_tls_required_but_not_offered(mariadb_factory, tmp_path):
         wait_for(lambda: "does not offer TLS" in relay.log_text(), 30, "no clear TLS error")
     finally:
         assert relay.stop() == 0
+
+
+def test_change_master_to_moves_ingest_onto_tls(mariadb_factory, tmp_path):
+    """CHANGE MASTER TO with MASTER_SSL options, issued to a relay that replicates in the clear: a
+    wrong CA is refused while vetting (the relay keeps its upstream), the right one is followed over
+    TLS (by an account the primary refuses without it), and SHOW SLAVE STATUS shows the options."""
+    from relay.protocol.packets import ServerError
+    from relay.sandbox.client import BlockingClient
+    from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
+
+    primary, certs = _tls_primary(mariadb_factory, tmp_path)
+    other = make_certs(tmp_path / "other")
+    admin = {"name": "ops", "password": "ops-secret", "admin": True}
+    relay = RelayProcess(tmp_path / "relay", relay_config(
+        tmp_path / "data", primary.port, users=[{"name": REPL_USER, "password": REPL_PASSWORD}, admin]))
+    relay.start()
+    try:
+        wait_for_mirror(primary, relay)
+        change = ("CHANGE MASTER TO MASTER_USER='tlsrepl', MASTER_PASSWORD='tlspass', MASTER_SSL=1, "
+                  "MASTER_SSL_VERIFY_SERVER_CERT=1, MASTER_SSL_CA='{ca}'")
+        with BlockingClient(relay.port, admin["name"], admin["password"]) as client:
+            client.query("STOP SLAVE")
+            with pytest.raises(ServerError) as refused:
+                client.query(change.format(ca=other.ca))
+            assert refused.value.code == 1218 and "certificate" in refused.value.message.lower(), refused.value
+            client.query(change.format(ca=certs.ca))
+            client.query("START SLAVE")
+        primary.execute_many(["INSERT INTO tlsdb.t VALUES (3), (4)", "FLUSH BINARY LOGS"])
+        wait_for_mirror(primary, relay)
+        with BlockingClient(relay.port, REPL_USER, REPL_PASSWORD) as client:
+            shown = client.query("SHOW SLAVE STATUS")
+        row = dict(zip(shown.columns, shown.rows[0]))
+        assert (row["Master_User"], row["Master_SSL_Allowed"], row["Master_SSL_CA_File"],
+                row["Master_SSL_Verify_Server_Cert"], row["Slave_IO_Running"]) == (
+                    "tlsrepl", "Yes", str(certs.ca), "Yes", "Yes"), row
+        assert "tlspass" not in relay.log_text()
+    finally:
+        assert relay.stop() == 0
