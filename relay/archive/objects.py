@@ -33,6 +33,7 @@ from .objectformat import (
     DEFAULT_LEVEL,
     TRAILER_PROBE,
     ArchiveDamaged,
+    FrameEntry,
     Kek,
     ObjectLayout,
     ObjectMeta,
@@ -49,7 +50,11 @@ OBJECT_SUFFIX = ".zst"
 META_SUFFIX = ".meta.json"
 ENCODE_WORKERS = min(4, os.cpu_count() or 1)  # chunks of a file compressed at once
 VERIFY_RANGE = 8 << 20  # bytes of the object per ranged GET while verifying an upload
-READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload or fetching a file back
+READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload
+# Fetching a whole file back: frames per ranged GET and GETs at once; memory at most about
+# FETCH_CONCURRENCY + 1 batches of FETCH_FRAMES chunks, whatever the file's size.
+FETCH_FRAMES = 4
+FETCH_CONCURRENCY = 3
 START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST or PREVIOUS_GTIDS is
 
 
@@ -266,15 +271,25 @@ class ArchivedFileReader:
         return b"".join(pieces)
 
     def copy_to(self, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
-        """Write the whole file to ``target``: READ_CONCURRENCY frames fetched and decoded at once
-        (a store's latency per GET, not its bandwidth, bounds one after another), written in order.
-        ``stop()`` is asked before each frame: True ends the copy with FetchStopped."""
-        with open(target, "wb") as out, ThreadPoolExecutor(max_workers=READ_CONCURRENCY,
+        """Write the whole file to ``target``: FETCH_FRAMES frames per ranged GET (a store's cost is
+        per request, and moto's grows with the object's size), FETCH_CONCURRENCY GETs at once,
+        each batch decoded in its worker and written in order.  ``stop()`` is asked before each
+        batch is written: True ends the copy with FetchStopped."""
+        frames = self._reader.layout.frames
+        batches = [frames[first:first + FETCH_FRAMES] for first in range(0, len(frames), FETCH_FRAMES)]
+        with open(target, "wb") as out, ThreadPoolExecutor(max_workers=FETCH_CONCURRENCY,
                                                             thread_name_prefix="archive-fetch") as pool:
-            for chunk in in_order(pool, self._fetch, range(len(self._reader.layout.frames)), READ_CONCURRENCY):
+            for chunks in in_order(pool, self._fetch_batch, batches, FETCH_CONCURRENCY - 1):
                 if stop():
                     raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
-                out.write(chunk)
+                out.writelines(chunks)
+
+    def _fetch_batch(self, frames: tuple[FrameEntry, ...]) -> list[bytes]:
+        """Consecutive frames, fetched in one ranged GET and decoded (thread-safe)."""
+        start = frames[0].object_start
+        data = memoryview(_get(self.store, self._key, start, frames[-1].object_end))
+        return [self._reader.decode_frame(frame.index, data[frame.object_start - start:frame.object_end - start])
+                for frame in frames]
 
     def _chunk(self, index: int) -> bytes:
         if self._cached is not None and self._cached[0] == index:
@@ -284,9 +299,8 @@ class ArchivedFileReader:
         return chunk
 
     def _fetch(self, index: int) -> bytes:
-        """Frame ``index``, fetched and decoded (thread-safe)."""
-        frame = self._reader.layout.frames[index]
-        return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
+        """Frame ``index``, fetched and decoded."""
+        return self._fetch_batch((self._reader.layout.frames[index],))[0]
 
 
 def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) -> FileStartGtids:
