@@ -17,6 +17,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -45,6 +46,11 @@ CATALOG = "archive.json"
 MIB = 1 << 20
 CHECK_SECONDS = 0.5  # how often the closed files are looked at: a file waits about this long
 MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
+# Closed files uploaded side by side: small files' uploads are mostly the store's latency; large
+# ones go alone (each is compressed on several threads and sent in parts already), so memory stays
+# that of one large upload.
+UPLOADS_AT_ONCE = 4
+BATCH_BYTES = 64 * MIB
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,8 @@ class Archiver:
             try:
                 if self.store is None:
                     await self._connect()
-                for name in self.pending():
-                    await self._archive(name)
+                for batch in self._batches(self.pending()):
+                    await self._archive(batch)
                 await self._apply_retention()
                 self._backoff = MIN_BACKOFF
                 self.status.store_ok = True
@@ -147,36 +153,70 @@ class Archiver:
         self.store = store
         log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(listed), len(self.pending()))
 
-    async def _archive(self, name: str) -> None:
+    def _batches(self, names: list[str]) -> list[list[str]]:
+        """``names`` in order, cut into batches of at most UPLOADS_AT_ONCE files and BATCH_BYTES
+        (a larger file alone)."""
+        batches: list[list[str]] = []
+        size = 0
+        for name in names:
+            end = self.relay_log.file_end(name)
+            if not batches or len(batches[-1]) >= UPLOADS_AT_ONCE or size + end > BATCH_BYTES:
+                batches.append([])
+                size = 0
+            batches[-1].append(name)
+            size += end
+        return batches
+
+    async def _archive(self, names: list[str]) -> None:
+        """Check and upload ``names`` at once (a small file's upload is mostly the store's latency),
+        then record what went up, in order; the first failure is raised after the others are kept."""
+        started = time.monotonic()
+        outcomes = await trio.to_thread.run_sync(self._check_and_upload, names)
+        failure: BaseException | None = None
+        for name, outcome in zip(names, outcomes, strict=True):
+            if isinstance(outcome, ArchivedFile):
+                self._record(name, outcome, time.monotonic() - started)
+            elif isinstance(outcome, BinlogImportError):
+                self._unverifiable.add(name)
+                self.status.failed("verify")
+                log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
+                          "disk until it is repaired", name, outcome)
+            else:
+                self.status.failed("upload")
+                failure = failure or outcome
+        self._save_catalog()
+        if failure is not None:
+            raise failure
+
+    def _check_and_upload(self, names: list[str]) -> list[ArchivedFile | BaseException]:
+        """Blocking: each file checked and uploaded in a thread of its own; what each came to."""
         store = self.store
         assert store is not None
-        path = self.relay_log.path(name)
-        try:
-            await trio.to_thread.run_sync(check_file, path, name)
-        except BinlogImportError as exc:
-            self._unverifiable.add(name)
-            self.status.failed("verify")
-            log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
-                      "disk until it is repaired", name, exc)
-            return
         kek = self.settings.keks[0] if self.settings.keks else None
-        started = time.monotonic()
-        try:
-            archived = await trio.to_thread.run_sync(
-                lambda: upload(store, path, name, kek=kek, level=self.settings.level))
-        except (RelayError, OSError):
-            self.status.failed("upload")
-            raise
+
+        def one(name: str) -> ArchivedFile | BaseException:
+            path = self.relay_log.path(name)
+            try:
+                check_file(path, name)
+                return upload(store, path, name, kek=kek, level=self.settings.level)
+            except (BinlogImportError, RelayError, OSError) as exc:
+                return exc
+
+        if len(names) == 1:
+            return [one(names[0])]
+        with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="archive-upload") as pool:
+            return list(pool.map(one, names))
+
+    def _record(self, name: str, archived: ArchivedFile, seconds: float) -> None:
         summary = self.relay_log.history.summary(name)  # the file is still stored: its index tells
         if summary is not None:
             archived = replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
         self.files[name] = archived
-        self._save_catalog()
         self.status.uploaded_files += 1
         self.status.uploaded_file_bytes += archived.file_size
         self.status.uploaded_object_bytes += archived.object_size
         log.info("archive: %s uploaded and verified (%d bytes, %d stored, %.1f s)", name, archived.file_size,
-                 archived.object_size, time.monotonic() - started)
+                 archived.object_size, seconds)
 
     async def _apply_retention(self) -> None:
         doomed = self.to_delete(time.time())
