@@ -10,6 +10,7 @@ import time
 from ..binlog import events as ev
 from ..binlog.names import next_file_name
 from ..candidates import CandidateFacts, check_resume_file, cut_short, follows_by_position
+from ..errors import RetryableError
 from ..gtid.gtid import format_gtid_position
 from ..protocol.codes import BINLOG_SEND_ANNOTATE_ROWS_EVENT
 from ..protocol.packets import ServerError
@@ -77,7 +78,9 @@ class DumpStarter:
             return self.settings.start_file
         rows = await conn.rows("SHOW BINARY LOGS")
         if not rows:
-            raise FatalIngestError("the primary has no binary logs (is log_bin enabled?)")
+            # A primary without log_bin refuses SHOW BINARY LOGS (ERR 1381); an empty list is an
+            # upstream with nothing to read yet: another relay that has stored nothing so far.
+            raise RetryableError("the upstream lists no binary logs yet (a relay that has stored nothing?)")
         if self.settings.start_gtid:
             return await file_holding(conn, [row[0] or "" for row in rows], self.settings.start_gtid)
         return rows[0][0] or ""
