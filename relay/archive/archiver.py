@@ -202,8 +202,6 @@ class Archiver:
             except (BinlogImportError, RelayError, OSError) as exc:
                 return exc
 
-        if len(names) == 1:
-            return [one(names[0])]
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="archive-upload") as pool:
             return list(pool.map(one, names))
 
