@@ -639,7 +639,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--compare-level", type=int, default=3, choices=range(1, 20), metavar="1-19",
                    help="a zstd level measured beside --level in part 3 (plain), for the choice of the default")
     p.add_argument("--level", type=int, default=DEFAULT_LEVEL, choices=range(1, 20), metavar="1-19",
-                   help="zstd level (archive.compression_level; the relay's default is 3)")
+                   help=f"zstd level (archive.compression_level; the relay's default is {DEFAULT_LEVEL})")
     p.add_argument("--encrypted", action="store_true",
                    help="the relay's archive encrypted (a random key-encryption key); part 3 measures both anyway")
     return parse_bench_args(p, argv)

@@ -69,7 +69,8 @@ def archive_settings(config: Config) -> ArchiveSettings | None:
                         secret_access_key_file=(Path(archive.secret_access_key_file)
                                                 if archive.secret_access_key_file else None))
     return ArchiveSettings(store, read_keks(archive.encryption_key_file, archive.old_encryption_key_files),
-                           archive.compression_level, archive.retention.max_age, archive.retention.max_files)
+                           archive.compression_level, archive.retention.max_age, archive.retention.max_files,
+                           read_back=archive.verify_uploads == "read-back")
 
 
 def open_relay_log(config: Config) -> RelayLog:

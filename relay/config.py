@@ -304,6 +304,12 @@ class ArchiveConfig:
                                                     "Keys of earlier rotations: they open files archived under "
                                                     "them; new files use encryption_key_file.", ())
     compression_level: int = opt(Int(1, 19), "zstd level of the archived objects.", 1)
+    verify_uploads: str = opt(Choice("checksum", "read-back"),
+                              "How an upload is checked before the file counts as archived: checksum = each part "
+                              "sent with its CRC32 and the object's CRC32 as the store keeps it compared with ours "
+                              "(one HEAD; read back when the store keeps none); read-back = the whole object read "
+                              "back and compared (twice the transfer, for a store that does not check checksums).",
+                              "checksum")
     retention: ArchiveRetentionConfig = section(ArchiveRetentionConfig, "When archived files are deleted.")
 
 

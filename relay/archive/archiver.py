@@ -60,6 +60,7 @@ class ArchiveSettings:
     level: int = DEFAULT_LEVEL
     max_age: float | None = None  # archive.retention
     max_files: int | None = None
+    read_back: bool = False  # archive.verify_uploads: read-back
 
 
 @dataclass
@@ -120,7 +121,8 @@ class Archiver:
                 await self._apply_retention()
                 self._backoff = MIN_BACKOFF
                 self.status.store_ok = True
-                await trio.sleep(CHECK_SECONDS)
+                if not self.pending():  # files closed meanwhile go up at once
+                    await trio.sleep(CHECK_SECONDS)
             except (RelayError, OSError) as exc:
                 # The store is down, refuses us, or answered with damage: ingest and serving go on;
                 # retried after a back-off, the message told once per failure.
@@ -198,7 +200,7 @@ class Archiver:
             path = self.relay_log.path(name)
             try:
                 check_file(path, name)
-                return upload(store, path, name, kek=kek, level=self.settings.level)
+                return upload(store, path, name, kek=kek, level=self.settings.level, read_back=self.settings.read_back)
             except (BinlogImportError, RelayError, OSError) as exc:
                 return exc
 
@@ -362,7 +364,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                 skipped.append(name)
                 progress(f"{name} not archived: its events fail their checks ({exc})")
                 continue
-            archived[name] = upload(store, path, name, kek=kek, level=settings.level)
+            archived[name] = upload(store, path, name, kek=kek, level=settings.level, read_back=settings.read_back)
             save_catalog(data_dir, url, archived)
             uploaded.append(name)
             done_bytes += archived[name].file_size

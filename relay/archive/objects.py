@@ -18,6 +18,7 @@ import collections
 import datetime as dt
 import logging
 import os
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -41,7 +42,7 @@ from .objectformat import (
     ObjectWriter,
     trailer_length,
 )
-from .store import ObjectMissing, ObjectStore
+from .store import ObjectMissing, ObjectStore, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +52,11 @@ META_SUFFIX = ".meta.json"
 ENCODE_WORKERS = min(4, os.cpu_count() or 1)  # chunks of a file compressed at once
 VERIFY_RANGE = 8 << 20  # bytes of the object per ranged GET while verifying an upload
 READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload
-# Fetching a whole file back: frames per ranged GET and GETs at once; memory at most about
-# FETCH_CONCURRENCY + 1 batches of FETCH_FRAMES chunks, whatever the file's size.
-FETCH_FRAMES = 4
+# Fetching a whole file back: the object cut into at least FETCH_CONCURRENCY runs of frames, of at
+# most FETCH_RUN_BYTES each, a streamed ranged GET each, FETCH_CONCURRENCY at once; memory: a frame
+# per GET in flight, whatever the file's size.
 FETCH_CONCURRENCY = 3
+FETCH_RUN_BYTES = 64 << 20
 START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST or PREVIOUS_GTIDS is
 
 
@@ -137,25 +139,47 @@ class UploadMismatch(ArchiveDamaged):
 
 
 def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
-           chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS) -> ArchivedFile:
+           chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS,
+           read_back: bool = False) -> ArchivedFile:
     """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
-    stream it into its object (``workers`` chunks compressed at once), read the object back and
-    check its bytes against what was sent (size and CRC32) and its trailer against the file, then
-    store the meta document, which commits it."""
+    stream it into its object (``workers`` chunks compressed at once), check that the store holds
+    exactly what was sent (verify_upload), then store the meta document, which commits it."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
-    sent = _Digest()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
-        store.put(object_key(name), sent.passing(_object_frames(path, writer, pool, workers)))
+        sent = store.put(object_key(name), _object_frames(path, writer, pool, workers))
     meta = writer.meta
     assert meta is not None  # set by finish(), which _object_frames called
-    back = _read_back_digest(store, meta, [kek] if kek is not None else [])
-    if (back.size, back.crc32) != (sent.size, sent.crc32):
-        raise UploadMismatch(object_key(name), f"read back it is {back.size} bytes of CRC32 {back.crc32:08x}, "
-                                               f"{sent.size} bytes of {sent.crc32:08x} were sent")
+    how = verify_upload(store, meta, sent, [kek] if kek is not None else [], read_back)
+    log.debug("archive: %s verified by the %s", name, how)
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)
     return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), file_start_gtids(head))
+
+
+def verify_upload(store: ObjectStore, meta: ObjectMeta, sent: PutResult, keks: Iterable[Kek],
+                  read_back: bool = False) -> str:
+    """That the object just stored is the one sent, UploadMismatch if not; how it was told.  The
+    store's own CRC32 of the object, when it keeps one (S3 checks each part against the CRC32 sent
+    with it, and refuses it if they differ): one HEAD.  Otherwise, or with ``read_back``, the
+    object is read back, its size and CRC32 compared with what was sent and its trailer parsed
+    against the meta."""
+    key = object_key(meta.name)
+    head = store.head(key)
+    if head is None:
+        raise UploadMismatch(key, "the store has no object there right after storing it")
+    if head.size != sent.size:
+        raise UploadMismatch(key, f"the store holds {head.size} bytes, {sent.size} were sent")
+    if not read_back and sent.checksums and head.checksum is not None and head.checksum.startswith("CRC32:"):
+        if head.checksum not in sent.checksums:
+            raise UploadMismatch(key, f"the store's checksum is {head.checksum}, the bytes sent have "
+                                      f"{' or '.join(sorted(sent.checksums))}")
+        return "store's checksum"
+    back = _read_back_digest(store, meta, keks)
+    if (back.size, back.crc32) != (sent.size, sent.crc32):
+        raise UploadMismatch(key, f"read back it is {back.size} bytes of CRC32 {back.crc32:08x}, "
+                                  f"{sent.size} bytes of {sent.crc32:08x} were sent")
+    return "read-back"
 
 
 class _Digest:
@@ -166,11 +190,6 @@ class _Digest:
     def update(self, data: bytes | bytearray | memoryview) -> None:
         self.size += len(data)
         self.crc32 = zlib.crc32(data, self.crc32)
-
-    def passing(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
-        for piece in pieces:
-            self.update(piece)
-            yield piece
 
 
 def in_order(pool: Executor, work: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
@@ -271,18 +290,45 @@ class ArchivedFileReader:
         return b"".join(pieces)
 
     def copy_to(self, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
-        """Write the whole file to ``target``: FETCH_FRAMES frames per ranged GET (a store's cost is
-        per request, and moto's grows with the object's size), FETCH_CONCURRENCY GETs at once,
-        each batch decoded in its worker and written in order.  ``stop()`` is asked before each
-        batch is written: True ends the copy with FetchStopped."""
-        frames = self._reader.layout.frames
-        batches = [frames[first:first + FETCH_FRAMES] for first in range(0, len(frames), FETCH_FRAMES)]
+        """Write the whole file to ``target``: the object in runs of consecutive frames, each
+        streamed from one ranged GET (a store's cost is per request, and moto's grows with the
+        object's size), FETCH_CONCURRENCY at once, each frame decoded and written at its place in
+        the file as it arrives.  ``stop()`` is asked before each frame is written: True ends the
+        copy with FetchStopped."""
+        runs = _runs(self._reader.layout.frames, FETCH_CONCURRENCY, FETCH_RUN_BYTES)
+        failed = threading.Event()
+
+        def halted() -> bool:
+            return failed.is_set() or stop()
+
+        def fetch(run: tuple[FrameEntry, ...]) -> None:
+            try:
+                self._fetch_run(run, out.fileno(), halted)
+            except BaseException:
+                failed.set()  # the other runs stop at their next frame
+                raise
+
         with open(target, "wb") as out, ThreadPoolExecutor(max_workers=FETCH_CONCURRENCY,
                                                             thread_name_prefix="archive-fetch") as pool:
-            for chunks in in_order(pool, self._fetch_batch, batches, FETCH_CONCURRENCY - 1):
-                if stop():
+            outcomes = [pool.submit(fetch, run) for run in runs]
+            errors = [error for error in (outcome.exception() for outcome in outcomes) if error is not None]
+        # a run's own failure rather than another's FetchStopped that it caused
+        errors.sort(key=lambda error: isinstance(error, FetchStopped))
+        if errors:
+            raise errors[0]
+
+    def _fetch_run(self, run: tuple[FrameEntry, ...], fd: int, halted: Callable[[], bool]) -> None:
+        """Consecutive frames from one streamed ranged GET, decoded and written at their offsets."""
+        sizes = [frame.compressed_size for frame in run]
+        pieces = self.store.get_pieces(self._key, run[0].object_start, sizes)
+        try:
+            for frame, data in zip(run, pieces, strict=False):  # a short object ends in a short piece
+                chunk = self._reader.decode_frame(frame.index, data)  # a short piece is told as damage
+                if halted():
                     raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
-                out.writelines(chunks)
+                os.pwrite(fd, chunk, frame.file_start)
+        finally:
+            pieces.close()
 
     def _fetch_batch(self, frames: tuple[FrameEntry, ...]) -> list[bytes]:
         """Consecutive frames, fetched in one ranged GET and decoded (thread-safe)."""
@@ -301,6 +347,21 @@ class ArchivedFileReader:
     def _fetch(self, index: int) -> bytes:
         """Frame ``index``, fetched and decoded."""
         return self._fetch_batch((self._reader.layout.frames[index],))[0]
+
+
+def _runs(frames: tuple[FrameEntry, ...], at_least: int, most_bytes: int) -> list[tuple[FrameEntry, ...]]:
+    """``frames`` cut into runs of consecutive frames of about equal bytes: ``at_least`` runs
+    (fewer with fewer frames), more where a run would hold over ``most_bytes`` of the object."""
+    if not frames:
+        return []
+    base = frames[0].object_start
+    total = frames[-1].object_end - base
+    count = min(len(frames), max(at_least, -(-total // most_bytes)))
+    runs: dict[int, list[FrameEntry]] = {}
+    for frame in frames:
+        middle = frame.object_start - base + frame.compressed_size // 2
+        runs.setdefault(middle * count // total, []).append(frame)
+    return [tuple(run) for run in runs.values()]
 
 
 def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) -> FileStartGtids:

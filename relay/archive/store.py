@@ -26,10 +26,12 @@ secret: they are built from the store's error code and text, and scrubbed of the
 
 from __future__ import annotations
 
+import base64
 import collections
 import datetime as dt
 import re
-from collections.abc import Iterable, Iterator
+import zlib
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +171,12 @@ class PutResult:
     size: int
     etag: str
     parts: int  # 0: a single PUT
+    crc32: int  # of the whole object as sent
+    # The store's checksum of the object (``ObjectHead.checksum``) if it holds exactly the bytes sent,
+    # in each form a store may give it: the whole object's CRC32, or the CRC32 of the parts' CRC32s
+    # (S3's "composite" checksum of a multipart upload, with or without its "-<parts>" suffix).
+    # Empty: no checksum was asked of the store (``request_checksums: when_required``).
+    checksums: frozenset[str] = frozenset()
 
 
 class ObjectStore(Protocol):
@@ -176,6 +184,7 @@ class ObjectStore(Protocol):
 
     def put(self, name: str, chunks: Iterable[bytes | bytearray | memoryview]) -> PutResult: ...
     def get_range(self, name: str, start: int, end: int) -> bytes: ...
+    def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]: ...
     def head(self, name: str) -> ObjectHead | None: ...
     def list(self, prefix: str = "") -> Iterator[ListedObject]: ...
     def delete(self, name: str) -> None: ...
@@ -241,6 +250,10 @@ class S3Store:
             response_checksum_validation="when_supported",
             max_pool_connections=16,
         )
+        # Each part's CRC32 is sent with it (the store refuses a part whose bytes differ: BadDigest) and
+        # the store keeps the object's checksum, which the archive compares after an upload instead of
+        # reading the whole object back.
+        self._checksums = config.request_checksums == "when_supported"
         verify: bool | str = str(config.ca_bundle) if config.ca_bundle is not None else config.verify_tls
         self._client: S3Client = session.client("s3", endpoint_url=config.endpoint_url, verify=verify,
                                                 config=client_config)
@@ -273,19 +286,30 @@ class S3Store:
             buffer += chunk
             if len(buffer) > self.config.multipart_threshold:
                 return self._put_multipart(name, key, buffer, source)
+        crc32 = zlib.crc32(buffer)
         try:
-            answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer))
+            if self._checksums:
+                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer),
+                                                 ChecksumAlgorithm="CRC32", ChecksumCRC32=_base64(crc32))
+            else:
+                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer))
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "storing", name) from None
-        return PutResult(name, len(buffer), answer.get("ETag", ""), 0)
+        return PutResult(name, len(buffer), answer.get("ETag", ""), 0, crc32,
+                         frozenset({_checksum_text(crc32)}) if self._checksums else frozenset())
 
     def _put_multipart(self, name: str, key: str, buffer: bytearray,
                        source: Iterator[bytes | bytearray | memoryview]) -> PutResult:
         try:
-            upload_id = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key)["UploadId"]
+            if self._checksums:
+                started = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key,
+                                                               ChecksumAlgorithm="CRC32")
+            else:
+                started = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key)
+            upload_id = started["UploadId"]
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "starting the upload of", name) from None
-        parts = _PartUploads(self._client, self.url.bucket, key, upload_id, self.config)
+        parts = _PartUploads(self._client, self.url.bucket, key, upload_id, self.config, self._checksums)
         try:
             for body in _parts(buffer, source, self.config.part_size):
                 parts.send(body)
@@ -304,7 +328,7 @@ class S3Store:
             raise  # the source's own error (reading the file, the writer), or the relay's
         finally:
             parts.close()
-        return PutResult(name, parts.size, answer.get("ETag", ""), len(parts.sent))
+        return PutResult(name, parts.size, answer.get("ETag", ""), len(parts.sent), parts.crc32, parts.checksums())
 
     def get_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``start..end-1`` of the object (fewer if the object ends before ``end``)."""
@@ -317,6 +341,28 @@ class S3Store:
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "reading", name) from None
         return body
+
+    def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]:
+        """Consecutive pieces of the object from ``start``, of ``sizes`` bytes each, streamed from
+        one ranged GET: one piece in memory at a time however long the range.  A piece comes
+        shorter, and is the last, if the object ends before it does."""
+        end = start + sum(sizes)
+        if not 0 <= start < end:
+            raise ValueError(f"byte range {start}..{end} of {name}")
+        try:
+            answer = self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(name),
+                                             Range=f"bytes={start}-{end - 1}")
+            body = answer["Body"]
+            try:
+                for size in sizes:
+                    piece: bytes = body.read(size)
+                    yield piece
+                    if len(piece) < size:
+                        return
+            finally:
+                body.close()
+        except _BOTO_ERRORS as exc:
+            raise self._error(exc, "reading", name) from None
 
     def head(self, name: str) -> ObjectHead | None:
         """Size, ETag and the store's checksum of the object, None when there is none."""
@@ -435,14 +481,18 @@ class _PartUploads:
     its own connection of the client's pool): a store's latency per part, not its bandwidth, is
     what bounds one PUT after another.  Memory: at most that many parts, plus the one being cut."""
 
-    def __init__(self, client: S3Client, bucket: str, key: str, upload_id: str, config: StoreConfig) -> None:
+    def __init__(self, client: S3Client, bucket: str, key: str, upload_id: str, config: StoreConfig,
+                 with_checksums: bool) -> None:
         self._client, self._bucket, self._key, self._upload_id = client, bucket, key, upload_id
+        self._with_checksums = with_checksums
         self._part_size = config.part_size
         self._window = config.upload_concurrency
         self._pool = ThreadPoolExecutor(max_workers=self._window, thread_name_prefix="archive-part")
         self._in_flight: collections.deque[Future[CompletedPartTypeDef]] = collections.deque()
         self.sent: list[CompletedPartTypeDef] = []
         self.size = 0
+        self.crc32 = 0  # of the parts so far, in order
+        self._part_crc32s: list[int] = []
 
     def send(self, body: bytes) -> None:
         number = len(self.sent) + len(self._in_flight) + 1
@@ -451,13 +501,23 @@ class _PartUploads:
                                    f"{self._part_size} bytes; raise the part size")
         while len(self._in_flight) >= self._window:
             self.sent.append(self._in_flight.popleft().result())
-        self._in_flight.append(self._pool.submit(self._upload, number, body))
+        crc32 = zlib.crc32(body)
+        self._in_flight.append(self._pool.submit(self._upload, number, body, crc32))
         self.size += len(body)
+        self.crc32 = zlib.crc32(body, self.crc32)
+        self._part_crc32s.append(crc32)
 
     def completed(self) -> list[CompletedPartTypeDef]:
         while self._in_flight:
             self.sent.append(self._in_flight.popleft().result())
         return self.sent
+
+    def checksums(self) -> frozenset[str]:
+        """What the store may say the object's checksum is (PutResult.checksums)."""
+        if not self._with_checksums:
+            return frozenset()
+        composite = _checksum_text(zlib.crc32(b"".join(crc.to_bytes(4, "big") for crc in self._part_crc32s)))
+        return frozenset({_checksum_text(self.crc32), composite, f"{composite}-{len(self._part_crc32s)}"})
 
     def cancel(self) -> None:
         """Stop what has not started and wait for what has."""
@@ -468,10 +528,25 @@ class _PartUploads:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def _upload(self, number: int, body: bytes) -> CompletedPartTypeDef:
+    def _upload(self, number: int, body: bytes, crc32: int) -> CompletedPartTypeDef:
+        if not self._with_checksums:
+            answer = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
+                                              PartNumber=number, Body=body)
+            return {"PartNumber": number, "ETag": answer["ETag"]}
         answer = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
-                                          PartNumber=number, Body=body)
-        return {"PartNumber": number, "ETag": answer["ETag"]}
+                                          PartNumber=number, Body=body, ChecksumAlgorithm="CRC32",
+                                          ChecksumCRC32=_base64(crc32))
+        return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": _base64(crc32)}
+
+
+def _base64(crc32: int) -> str:
+    """A CRC32 as S3 writes it."""
+    return base64.b64encode(crc32.to_bytes(4, "big")).decode()
+
+
+def _checksum_text(crc32: int) -> str:
+    """A CRC32 as ``ObjectHead.checksum`` writes it."""
+    return f"CRC32:{_base64(crc32)}"
 
 
 def _code(exc: BaseException) -> str:

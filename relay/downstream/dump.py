@@ -205,6 +205,7 @@ class Dump:
                 elif isinstance(step, Available):
                     await self._send_run(reader, outbound, step.end)
                 elif isinstance(step, FetchArchived):
+                    self.conn.send_events([outbound.announce(step.file)])
                     await self.flush()
                     await self._fetch_archived(step.file, acks_watch=self.wants_acks)
                 elif not self.request.blocking:

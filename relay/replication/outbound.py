@@ -61,11 +61,20 @@ class OutboundStream:
     _skipped_to: int = 0  # end of the last event left out and not yet covered by a heartbeat
     _skipping: str | None = None
     _groups: GroupTracker = field(default_factory=GroupTracker)
+    _announced: str | None = None  # the next file whose fake ROTATE went ahead of its fetch
+
+    def announce(self, name: str) -> bytes:
+        """The fake ROTATE that opens the next file, ``name``, sent before that file is fetched back
+        from the archive: a client that stops at it (``mariadb-binlog --raw FILE``) need not wait
+        for the fetch.  ``file_start`` then sends only the FDE."""
+        self._announced = name
+        return ev.build_rotate(self.options.relay_server_id, name, 4, self.checksum_alg == ev.CHECKSUM_CRC32)
 
     def file_start(self, name: str, position: int, fde: bytes, first: bool) -> list[bytes]:
         """The fake ROTATE and the FDE that open ``name`` for the client (dump at ``position``)."""
         rotate_crc = self.options.first_rotate_crc if first else self.checksum_alg == ev.CHECKSUM_CRC32
-        rotate = ev.build_rotate(self.options.relay_server_id, name, position, rotate_crc)
+        announced, self._announced = self._announced == name and not first, None
+        rotate = [] if announced else [ev.build_rotate(self.options.relay_server_id, name, position, rotate_crc)]
         description = ev.parse_format_description(fde)
         if description.checksum_alg == ev.CHECKSUM_CRC32 and not self.options.checksum_declared:
             raise DumpRefused("Slave can not handle replication events with the checksum that master is "
@@ -78,7 +87,7 @@ class OutboundStream:
         # which a non-zero 'created' would make it drop.
         zero_created = resumed or (self.gtid_start is not None and not self.gtid_start.reached) or (
             first and self.clear_first_created)
-        return [rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
+        return [*rotate, _prepare_fde(fde, zero_log_pos=resumed, zero_created=zero_created)]
 
     def sends_everything(self) -> bool:
         """No stored event can be left out (mariadb-binlog, CDC tools): no per-event work."""

@@ -229,6 +229,43 @@ def test_a_damaged_archived_object_is_never_served(mariadb_factory, relay_factor
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 
+def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_factory, s3_server, tmp_path):
+    """``mariadb-binlog --raw FILE`` stops at the fake ROTATE that opens the next file: a primary sends
+    it as it opens that file, the relay before fetching it back, so such a client never waits for
+    the archive (here: hung) to hand over a file it will not read."""
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server),
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    write_files(primary, 5)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
+    assert len(only_archived) >= 2
+    first = only_archived[0]
+    original = (tmp_path / "primary-copies" / first).read_bytes()
+
+    def one_file(out: Path) -> subprocess.CompletedProcess[str]:
+        out.mkdir()
+        return subprocess.run(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host",
+                               LOOPBACK, "--port", str(relay.port), "--user", REPL_USER, f"--password={REPL_PASSWORD}",
+                               f"--result-file={out}/", first], capture_output=True, text=True, timeout=30)
+
+    fetched = one_file(tmp_path / "fetched")  # the store answers: the first file is fetched onto the shelf
+    assert fetched.returncode == 0, fetched.stderr
+    assert (tmp_path / "fetched" / first).read_bytes() == original
+    wait_for(lambda: not list((relay.data_dir / "archive-cache").glob(f"{only_archived[1]}*")), 30,
+             "the fetch of the next file went on after its client left")
+    s3_server.proxy.blackhole()
+    try:
+        hung = one_file(tmp_path / "hung")  # the next file cannot be fetched now
+        assert hung.returncode == 0, hung.stderr
+        assert (tmp_path / "hung" / first).read_bytes() == original
+        assert [path.name for path in (tmp_path / "hung").iterdir()] == [first]
+    finally:
+        s3_server.proxy.heal()
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
 def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
         mariadb_factory, relay_factory, s3_server, tmp_path):
     """The first relay archives and is gone with its disk; the primary purged what it archived. A

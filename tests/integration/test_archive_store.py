@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,6 +150,40 @@ def test_an_archived_object_through_the_store(s3_server: S3Server) -> None:
                                offset, length)
                    for frame in frames_needed)
     assert got == data[offset:offset + length]
+
+
+@pytest.mark.parametrize("size", [100_000, 12 * MIB + 12_345], ids=["single PUT", "multipart"])
+def test_the_store_keeps_the_checksum_of_what_was_sent(s3_server: S3Server, size: int) -> None:
+    """Each part goes up with its CRC32 (the store refuses a part whose bytes differ from it) and the
+    object keeps the store's own checksum, which an upload is checked against instead of a read-back."""
+    store = S3Store(s3_server.store_config(multipart_threshold=5 * MIB, part_size=5 * MIB))
+    data = payload(size, seed=2)
+    result = store.put("sent", pieces(data, 777_777))
+    assert (result.size, result.crc32) == (len(data), zlib.crc32(data))
+    head = store.head("sent")
+    assert head is not None and head.checksum in result.checksums
+    # what the store says is its own: other bytes of the same size give another checksum
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key="archive/sent", Body=payload(size, seed=3))
+    other = store.head("sent")
+    assert other is not None and other.size == size and other.checksum not in result.checksums
+    # a store asked for no checksum (request_checksums: when_required) keeps none the upload relies on
+    plain = S3Store(s3_server.store_config(multipart_threshold=5 * MIB, part_size=5 * MIB,
+                                           request_checksums="when_required"))
+    assert plain.put("plain", pieces(data, 777_777)).checksums == frozenset()
+
+
+def test_pieces_are_streamed_from_one_ranged_get(s3_server: S3Server) -> None:
+    store = open_store(s3_server.store_config())
+    data = payload(3 * MIB + 5, seed=4)
+    store.put("streamed", [data])
+    sizes = [MIB, 1, MIB - 1, 100]
+    assert list(store.get_pieces("streamed", 7, sizes)) == [data[7:7 + MIB], data[7 + MIB:8 + MIB],
+                                                           data[8 + MIB:7 + 2 * MIB], data[7 + 2 * MIB:107 + 2 * MIB]]
+    # past the object's end: the piece that crosses it comes short, and is the last
+    got = list(store.get_pieces("streamed", 3 * MIB - 10, [10, 10, 10]))
+    assert got == [data[3 * MIB - 10:3 * MIB], data[3 * MIB:]]
+    with pytest.raises(ObjectMissing):
+        list(store.get_pieces("nothing here", 0, [10]))
 
 
 # ----------------------------------------------------------------------------- killed upload
