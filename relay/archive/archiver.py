@@ -249,13 +249,15 @@ class Archiver:
 
     # ------------------------------------------------------------ reading back
 
-    def fetch_file(self, name: str, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
+    def fetch_file(self, name: str, target: Path, stop: Callable[[], bool] = lambda: False,
+                   progress: Callable[[int], None] = lambda end: None) -> None:
         """Write the archived ``name`` to ``target``, frame by frame, each verified (blocking: for
-        a worker thread; relay/storage/shelf.py calls it for the dumps).  ``stop``: see copy_to."""
+        a worker thread; relay/storage/shelf.py calls it for the dumps).  ``stop``, ``progress``:
+        see copy_to."""
         store = self.store or self._open_store(self.settings.store)
         try:
             reader = ArchivedFileReader(store, name, self.settings.keks)
-            reader.copy_to(target, stop)
+            reader.copy_to(target, stop, progress)
         except FetchStopped:
             raise  # its reader went away: nothing failed
         except ArchiveError as exc:

@@ -53,10 +53,10 @@ ENCODE_WORKERS = min(4, os.cpu_count() or 1)  # chunks of a file compressed at o
 VERIFY_RANGE = 8 << 20  # bytes of the object per ranged GET while verifying an upload
 READ_CONCURRENCY = 4  # ranged GETs at once, verifying an upload
 # Fetching a whole file back: the object cut into at least FETCH_CONCURRENCY runs of frames, of at
-# most FETCH_RUN_BYTES each, a streamed ranged GET each, FETCH_CONCURRENCY at once; memory: a frame
-# per GET in flight, whatever the file's size.
+# most FETCH_RUN_BYTES each, a streamed ranged GET each, FETCH_CONCURRENCY at once and in order (the
+# copy is read as it grows from its start); memory: a frame per GET in flight, whatever the size.
 FETCH_CONCURRENCY = 3
-FETCH_RUN_BYTES = 64 << 20
+FETCH_RUN_BYTES = 16 << 20
 START_READ = 1 << 16  # a file's first bytes, where its GTID_LIST or PREVIOUS_GTIDS is
 
 
@@ -289,21 +289,25 @@ class ArchivedFileReader:
             pieces.append(frame.piece(self._chunk(frame.index), offset, length))
         return b"".join(pieces)
 
-    def copy_to(self, target: Path, stop: Callable[[], bool] = lambda: False) -> None:
-        """Write the whole file to ``target``: the object in runs of consecutive frames, each
-        streamed from one ranged GET (a store's cost is per request, and moto's grows with the
+    def copy_to(self, target: Path, stop: Callable[[], bool] = lambda: False,
+                progress: Callable[[int], None] = lambda end: None) -> None:
+        """Write the whole file to ``target``: the object in runs of consecutive frames, in order,
+        each streamed from one ranged GET (a store's cost is per request, and moto's grows with the
         object's size), FETCH_CONCURRENCY at once, each frame decoded and written at its place in
-        the file as it arrives.  ``stop()`` is asked before each frame is written: True ends the
-        copy with FetchStopped."""
-        runs = _runs(self._reader.layout.frames, FETCH_CONCURRENCY, FETCH_RUN_BYTES)
+        the file as it arrives.  ``progress(end)``, one call at a time, says that the file's bytes
+        [0, end) are written; ``stop()`` is asked before each frame is written: True ends the copy
+        with FetchStopped."""
+        frames = self._reader.layout.frames
+        runs = _runs(frames, FETCH_CONCURRENCY, FETCH_RUN_BYTES)
         failed = threading.Event()
+        written = _Prefix(frames, progress)
 
         def halted() -> bool:
             return failed.is_set() or stop()
 
         def fetch(run: tuple[FrameEntry, ...]) -> None:
             try:
-                self._fetch_run(run, out.fileno(), halted)
+                self._fetch_run(run, out.fileno(), halted, written.add)
             except BaseException:
                 failed.set()  # the other runs stop at their next frame
                 raise
@@ -317,7 +321,8 @@ class ArchivedFileReader:
         if errors:
             raise errors[0]
 
-    def _fetch_run(self, run: tuple[FrameEntry, ...], fd: int, halted: Callable[[], bool]) -> None:
+    def _fetch_run(self, run: tuple[FrameEntry, ...], fd: int, halted: Callable[[], bool],
+                   wrote: Callable[[FrameEntry], None]) -> None:
         """Consecutive frames from one streamed ranged GET, decoded and written at their offsets."""
         sizes = [frame.compressed_size for frame in run]
         pieces = self.store.get_pieces(self._key, run[0].object_start, sizes)
@@ -327,6 +332,7 @@ class ArchivedFileReader:
                 if halted():
                     raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
                 os.pwrite(fd, chunk, frame.file_start)
+                wrote(frame)
         finally:
             pieces.close()
 
@@ -347,6 +353,27 @@ class ArchivedFileReader:
     def _fetch(self, index: int) -> bytes:
         """Frame ``index``, fetched and decoded."""
         return self._fetch_batch((self._reader.layout.frames[index],))[0]
+
+
+class _Prefix:
+    """Which frames of a copy are written, for ``progress``: the end of those written from the start."""
+
+    def __init__(self, frames: tuple[FrameEntry, ...], progress: Callable[[int], None]) -> None:
+        self._frames = frames
+        self._progress = progress
+        self._written = [False] * len(frames)
+        self._count = 0  # frames written from the start, without a gap
+        self._lock = threading.Lock()
+
+    def add(self, frame: FrameEntry) -> None:
+        with self._lock:
+            self._written[frame.index] = True
+            count = self._count
+            while count < len(self._frames) and self._written[count]:
+                count += 1
+            if count > self._count:
+                self._count = count
+                self._progress(self._frames[count - 1].file_end)
 
 
 def _runs(frames: tuple[FrameEntry, ...], at_least: int, most_bytes: int) -> list[tuple[FrameEntry, ...]]:

@@ -32,7 +32,7 @@ from ..protocol.codes import (
 from ..replication.gtidstart import GtidStart, SeekPlan
 from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
 from ..replication.semisync import AckReader, SemiSyncError
-from ..storage.reader import Available, FetchArchived, FileStart, StoredFileDamaged, TailReader
+from ..storage.reader import Available, FetchArchived, FetchGoesOn, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
 from ..storage.shelf import ArchiveReadError
 from ..trio_run import lone_exceptions
@@ -162,7 +162,7 @@ class Dump:
         relay_log = self.context.relay_log
         while (pending := reader.first_file_pending()) is not None:
             if isinstance(pending, FetchArchived):
-                await self._fetch_archived(pending.file)
+                await self._fetch_archived(pending.file, position=reader.position)
             elif self.request.blocking:
                 await relay_log.wait_for_commit(pending.seen)
             else:
@@ -208,6 +208,12 @@ class Dump:
                     self.conn.send_events([outbound.announce(step.file)])
                     await self.flush()
                     await self._fetch_archived(step.file, acks_watch=self.wants_acks)
+                elif isinstance(step, FetchGoesOn):
+                    await self.flush()
+                    shelf = self.context.relay_log.shelf
+                    assert shelf is not None
+                    await self._wait_for_archive(shelf.wait(step.copy, step.position), step.copy.name, step.position,
+                                                 acks_watch=self.wants_acks)
                 elif not self.request.blocking:
                     self.conn.send_eof()
                     await self.flush()
@@ -218,21 +224,33 @@ class Dump:
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
 
-    async def _fetch_archived(self, file: str, acks_watch: bool = False) -> None:
-        """An archived file the dump reaches is fetched back (once for every dump reading it).  A
-        client that leaves meanwhile stops the fetch: the ACK reader sees it go (``acks_watch``),
-        or else a watch of the connection, where a dump's client sends nothing but ACKs."""
+    async def _fetch_archived(self, file: str, acks_watch: bool = False, position: int = 4) -> None:
+        """An archived file the dump reaches is fetched back (once for every dump reading it): its
+        copy is read as it grows, so the dump goes on once its first events (or those at
+        ``position``, where a dump starts) are there."""
         shelf = self.context.relay_log.shelf
         assert shelf is not None  # only a relay log with an archive names archived files
+
+        async def first_events() -> None:
+            copy = await shelf.begin(file)
+            if position > 4:
+                await shelf.wait(copy, position)
+
+        await self._wait_for_archive(first_events(), file, position, acks_watch)
+
+    async def _wait_for_archive(self, fetched: Awaitable[object], file: str, position: int, acks_watch: bool) -> None:
+        """Wait for more of an archived file.  A client that leaves meanwhile ends the dump (and the
+        fetch, if nobody else wants it): the ACK reader sees it go (``acks_watch``), or else a
+        watch of the connection, where a dump's client sends nothing but ACKs."""
         try:
             if acks_watch or self.receive is None:
-                await shelf.fetch(file)
+                await fetched
             else:
-                await self._unless_client_leaves(shelf.fetch(file))
+                await self._unless_client_leaves(fetched)
         except ArchiveReadError as exc:
             log.error("downstream %s: %s", self.state.peer, exc)
-            raise DumpError(f"{exc}; the first event '{file}' at 4, the last event read from '{file}' at 4, "
-                            f"the last byte read from '{file}' at 4.") from None
+            raise DumpError(f"{exc}; the first event '{file}' at {position}, the last event read from '{file}' at "
+                            f"{position}, the last byte read from '{file}' at {position}.") from None
 
     async def _unless_client_leaves(self, work: Awaitable[object]) -> None:
         receive = self.receive

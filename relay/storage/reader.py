@@ -18,6 +18,7 @@ from ..binlog.names import next_file_name
 from ..errors import Refusal
 from .relaylog import RelayLog
 from .scan import BLOCK_SIZE, read_batch
+from .shelf import ShelfCopy
 
 # More than a fault maps around the page it needs: Linux maps neighbours already cached (64 KiB by
 # default), and all of a large page-cache folio (up to 2 MiB on x86-64).
@@ -73,7 +74,16 @@ class FetchArchived:
     file: str
 
 
-Step = FileStart | Available | NothingYet | FetchArchived
+@dataclass(frozen=True)
+class FetchGoesOn:
+    """The current file is an archived one still being fetched back: every byte of ``copy`` up to
+    ``position`` is read; the dump waits for more of it, then polls again."""
+
+    copy: ShelfCopy
+    position: int
+
+
+Step = FileStart | Available | NothingYet | FetchArchived | FetchGoesOn
 
 
 class TailReader:
@@ -91,6 +101,7 @@ class TailReader:
         self._opened: FileStart | None = None  # the file just entered, not yet handed out
         self.checksummed = False  # the current file's events end in a CRC32, checked as they are read
         self._pinned: str | None = None  # the archived file whose fetched copy is open
+        self._copy: ShelfCopy | None = None  # ... while it is still being fetched
 
     def first_file_pending(self) -> NothingYet | FetchArchived | None:
         """A relay that just started, or is one rotation behind its primary, may be asked for a
@@ -126,9 +137,19 @@ class TailReader:
             opened, self._opened = self._opened, None
             return opened
         # a finished file's end is its size when it was mapped (a stat per block cost a tenth)
-        end = len(self._map) if self._map is not None else self.relay_log.file_end(self.file)
+        if self._map is not None:
+            end = len(self._map)
+        elif self._copy is not None:
+            end = self._copy.end()
+            if self._copy.complete:  # fetched whole meanwhile: read as any finished file
+                self._copy = None
+                self._map_file()
+        else:
+            end = self.relay_log.file_end(self.file)
         if self.position < end:
             return Available(end)
+        if self._copy is not None:
+            return FetchGoesOn(self._copy, self.position)
         committed = self.relay_log.committed
         if committed is not None and committed[0] != self.file:
             files = self.relay_log.served_files()
@@ -211,6 +232,7 @@ class TailReader:
         if self._pinned is not None and self.relay_log.shelf is not None:
             self.relay_log.shelf.done_reading(self._pinned)
         self._pinned = None
+        self._copy = None
 
     def _file(self) -> BinaryIO:
         assert self._stored is not None, "read before start()"
@@ -221,11 +243,15 @@ class TailReader:
         path = self.relay_log.read_path(file)
         if path is None:
             raise StoredFileDamaged("the archived file was not fetched back", file, 4)
+        end = path.stat().st_size
         if self.relay_log.archived_only(file) and self.relay_log.shelf is not None:
             self.relay_log.shelf.reading(file)  # its copy stays while it is read
             self._pinned = file
+            copy = self.relay_log.shelf.entry(file)
+            if copy is not None and not copy.complete:
+                self._copy, end = copy, copy.end()  # read as it grows, as the file ingest writes
         self._stored = open(path, "rb")  # noqa: SIM115 - held across polls, closed by close()
-        first_events = read_batch(self._stored, 4, path.stat().st_size, _FDE_BLOCK)
+        first_events = read_batch(self._stored, 4, end, _FDE_BLOCK)
         if not first_events or first_events[0][4] != ev.FORMAT_DESCRIPTION_EVENT:
             raise StoredFileDamaged("Failed to find format descriptor event in start of binlog", file, 4)
         fde = bytes(first_events[0])
@@ -233,12 +259,15 @@ class TailReader:
         if self.checksummed and not ev.checksum_matches(fde):
             raise StoredFileDamaged("event read from binlog did not pass crc check", file, 4)
         self._opened = FileStart(file, position, fde, first)
-        if file != self.relay_log.files[-1]:  # finished: its bytes no longer change
-            self._map = mmap.mmap(self._stored.fileno(), 0, access=mmap.ACCESS_READ)
-            self._map.madvise(mmap.MADV_SEQUENTIAL)
-            self._unmapped_below = 0
         self.file = file
+        if file != self.relay_log.files[-1] and self._copy is None:  # finished: its bytes no longer change
+            self._map_file()
         self.position = max(position, 4 + len(fde)) if position == 4 else position
+
+    def _map_file(self) -> None:
+        self._map = mmap.mmap(self._file().fileno(), 0, access=mmap.ACCESS_READ)
+        self._map.madvise(mmap.MADV_SEQUENTIAL)
+        self._unmapped_below = 0
 
     def _check_position(self, file: str, position: int) -> None:
         end = self.relay_log.file_end(file)
@@ -247,7 +276,7 @@ class TailReader:
                 "Client requested master to start replication from impossible position", file, position))
         if position in (4, end):
             return
-        with open(self.relay_log.source_path(file), "rb") as stored:
+        with open(self.relay_log.read_path(file) or self.relay_log.path(file), "rb") as stored:
             stored.seek(position)
             header = stored.read(ev.HEADER_LEN)
         if len(header) < ev.HEADER_LEN:

@@ -261,13 +261,15 @@ class RelayLog:
         return self.shelf is not None and name not in self.files and name in self.shelf.archived()
 
     def source_path(self, name: str) -> Path:
-        """Where ``name``'s bytes are read: read_path, or data_dir/name for what is not fetched yet
-        (opening it then fails as for any missing file)."""
-        return self.read_path(name) or self.path(name)
+        """Where all of ``name``'s bytes are read: the stored file, or the whole copy fetched back
+        from the archive; data_dir/name for what is not fetched yet (opening it then fails as for
+        any missing file)."""
+        whole = self.shelf.whole_copy(name) if self.archived_only(name) else None  # type: ignore[union-attr]
+        return whole or self.path(name)
 
     def read_path(self, name: str) -> Path | None:
-        """Where a reader opens ``name``: the stored file, or the copy fetched back from the
-        archive (None: not fetched yet)."""
+        """Where a dump opens ``name``: the stored file, or the copy fetched back from the archive,
+        whole or still growing (None: not fetched yet; storage/shelf.py)."""
         return self.shelf.copy(name) if self.archived_only(name) else self.path(name)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ writing

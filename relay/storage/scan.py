@@ -19,6 +19,7 @@ _LENGTH = struct.Struct("<I")
 
 
 PassOver = Callable[[memoryview, int, int], int]
+_NO_TYPES = bytes(256)
 
 
 def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE, pass_over: PassOver | None = None
@@ -61,6 +62,22 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
             pos = length
         offset += pos
 
+
+
+def whole_events_end(fd: int, start: int, end: int, block_size: int = BLOCK_SIZE) -> int:
+    """Where the whole events from ``start`` end in the bytes [start, end) of a binlog file (at
+    ``start`` if the first is cut short or its header cannot be right): only headers are read."""
+    position = start
+    while position + ev.HEADER_LEN <= end:
+        block = os.pread(fd, min(block_size, end - position), position)
+        used, _ = find_event(block, 0, len(block), _NO_TYPES)
+        if used == 0:  # an event longer than the block
+            length = _LENGTH.unpack_from(block, 9)[0]
+            if length < ev.HEADER_LEN or position + length > end:
+                break
+            used = length
+        position += used
+    return position
 
 
 def event_types(*types: int) -> bytes:

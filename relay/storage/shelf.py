@@ -1,12 +1,15 @@
 """Archived files served as if they were local: the shelf of copies fetched back from the archive.
 
 A dump that reaches a file no longer on the local disk but in the archive (older than the oldest
-local file) asks the shelf for it: the file is fetched once, frame by frame (ranged GETs, each
-frame verified: memory stays at one frame whatever the file's size), into
-``data_dir/archive-cache/``, and read from there like any closed file.  Dumps asking for the same
-file at once share one fetch.  At most ``keep`` copies stay, the least recently used leaving first,
-never one a dump reads; the shelf is emptied at start (a copy is only ever a cache).  A fetch is
-the dump's: when it is cancelled (its client went away) the fetch stops at its next frame.
+local file) asks the shelf for it: the file is fetched once, frame by frame (ranged GETs streamed
+several at once, each frame verified: memory stays at a frame per GET whatever the file's size),
+into ``data_dir/archive-cache/``, and read from there.  The copy is read as it grows: its bytes up
+to ``ready`` (the end of the whole events fetched from the start of the file) never change, and a
+dump serves them while the rest arrives, as it serves the file being written by ingest; a
+client's first event does not wait for the whole file.  Dumps asking for the same file share one
+fetch.  At most ``keep`` whole copies stay, the least recently used leaving first, never one a
+dump reads; the shelf is emptied at start (a copy is only ever a cache).  A fetch stops at its
+next frame once nobody reads or waits for it (its clients went away).
 
 What fetches is given (``fetch_file``, blocking, run in a worker thread), so storage does not know
 the object store: the relay's wiring hands it the archiver's.
@@ -24,14 +27,19 @@ from pathlib import Path
 
 import trio
 
-from ..archive.objects import ArchivedFile
+from ..archive.objects import ArchivedFile, FetchStopped
 from ..errors import Refusal, RelayError
 from ..trio_run import run_abandonable
+from .scan import whole_events_end
 
 log = logging.getLogger(__name__)
 
 CACHE_DIR = "archive-cache"
 DEFAULT_KEEP = 4
+MAGIC_END = 4  # a binlog file's events start after its magic number
+
+# fetch_file(name, target, stop, progress): progress(n) says bytes [0, n) of target are written.
+FetchFile = Callable[[str, Path, Callable[[], bool], Callable[[int], None]], None]
 
 
 class ArchiveReadError(Refusal):
@@ -40,16 +48,55 @@ class ArchiveReadError(Refusal):
     read."""
 
 
+class ShelfCopy:
+    """One archived file on the shelf.  While it is fetched, ``path`` is its partial copy, whose
+    bytes [0, ready) hold whole events and will not change; once ``complete``, ``path`` is the
+    whole copy.  Changed only in the trio thread."""
+
+    def __init__(self, name: str, size: int, partial: Path) -> None:
+        self.name = name
+        self.size = size
+        self.path = partial
+        self.ready = 0
+        self.complete = False
+        self.error: ArchiveReadError | None = None
+        self.stop = threading.Event()  # asked by the fetch before each frame
+        self.waiting = 0  # tasks waiting for more of it
+        self._changed = trio.Event()
+
+    @property
+    def readable(self) -> bool:
+        """Its first event is there, and it is still wanted: readers may open it."""
+        return (self.complete or self.ready > MAGIC_END) and self.error is None and not self.stop.is_set()
+
+    def end(self) -> int:
+        """How far a reader may read it now."""
+        return self.size if self.complete else self.ready
+
+    async def wait_beyond(self, position: int | None) -> None:
+        """Until bytes past ``position`` are ready (None: until it is whole); ArchiveReadError if
+        the fetch failed."""
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self.complete or (position is not None and self.ready > position):
+                return
+            await self._changed.wait()
+
+    def changed(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
 class ArchiveShelf:
-    def __init__(self, data_dir: Path, archived: Callable[[], Mapping[str, ArchivedFile]],
-                 fetch_file: Callable[[str, Path, Callable[[], bool]], None], keep: int = DEFAULT_KEEP) -> None:
+    def __init__(self, data_dir: Path, archived: Callable[[], Mapping[str, ArchivedFile]], fetch_file: FetchFile,
+                 keep: int = DEFAULT_KEEP) -> None:
         self.dir = Path(data_dir) / CACHE_DIR
         self.archived = archived  # every archived file, by name
         self.fetch_file = fetch_file
         self.keep = max(1, keep)
-        self._copies: OrderedDict[str, Path] = OrderedDict()  # least recently used first
+        self._copies: OrderedDict[str, ShelfCopy] = OrderedDict()  # least recently used first
         self._readers: dict[str, int] = {}
-        self._fetching: dict[str, trio.Lock] = {}
         self._fetch_numbers = itertools.count()
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -73,45 +120,52 @@ class ArchiveShelf:
             return None
         return archived.previous_gtids or ""
 
+    def entry(self, name: str) -> ShelfCopy | None:
+        """The readable copy of an archived file (whole, or being fetched), if there is one."""
+        copy = self._copies.get(name)
+        if copy is None or not copy.readable:
+            return None
+        self._copies.move_to_end(name)
+        return copy
+
     def copy(self, name: str) -> Path | None:
-        """The local copy of an archived file, if fetched."""
-        path = self._copies.get(name)
-        if path is not None:
-            self._copies.move_to_end(name)
-        return path
+        """Where a reader opens an archived file: its copy, whole or growing (None: not fetched)."""
+        copy = self.entry(name)
+        return copy.path if copy is not None else None
+
+    def whole_copy(self, name: str) -> Path | None:
+        """The whole copy of an archived file, if fetched."""
+        copy = self.entry(name)
+        return copy.path if copy is not None and copy.complete else None
+
+    async def begin(self, name: str) -> ShelfCopy:
+        """The copy of the archived ``name``, its fetch started unless it is on the shelf already;
+        returned once its first event is there.  The caller registers as its reader (``reading``)
+        before its next checkpoint, or the fetch may stop for want of readers."""
+        copy = self._copies.get(name)
+        if copy is None or copy.error is not None or copy.stop.is_set():
+            copy = self._start_fetch(name)
+        await self.wait(copy, MAGIC_END)
+        return copy
 
     async def fetch(self, name: str) -> Path:
-        """The local copy of the archived ``name``, fetched now unless it is there already."""
-        lock = self._fetching.setdefault(name, trio.Lock())
-        async with lock:
-            path = self.copy(name)
-            if path is not None:
-                return path
-            self.dir.mkdir(exist_ok=True)
-            path = self.dir / name
-            # A copy's own name: a stopped fetch may still be writing its copy when the next starts.
-            partial = self.dir / f"{name}.{next(self._fetch_numbers)}.part"
-            stop = threading.Event()
-            try:
-                await run_abandonable(self._fetch_into, name, partial, stop)
-                partial.rename(path)
-            except (RelayError, OSError) as exc:
-                partial.unlink(missing_ok=True)
-                raise ArchiveReadError(f"could not read {name} back from the archive: {exc}") from exc
-            except trio.Cancelled:
-                stop.set()  # the dump that asked is gone: the thread stops at its next frame
-                raise
-            self._copies[name] = path
-            self._evict()
-            log.info("archive: %s fetched back for a dump (%d bytes)", name, path.stat().st_size)
-            return path
+        """The whole copy of the archived ``name``."""
+        copy = await self.begin(name)
+        await self.wait(copy, None)
+        return copy.path
 
-    def _fetch_into(self, name: str, partial: Path, stop: threading.Event) -> None:
+    async def wait(self, copy: ShelfCopy, position: int | None) -> None:
+        """Until bytes of ``copy`` past ``position`` are ready (None: all of them).  A waiter that
+        is cancelled (its client left) stops the fetch if nobody else wants it."""
+        copy.waiting += 1
         try:
-            self.fetch_file(name, partial, stop.is_set)
-        except BaseException:
-            partial.unlink(missing_ok=True)
+            await copy.wait_beyond(position)
+        except trio.Cancelled:
+            copy.waiting -= 1
+            self._stop_if_unwanted(copy)
             raise
+        else:
+            copy.waiting -= 1
 
     def reading(self, name: str) -> None:
         self._readers[name] = self._readers.get(name, 0) + 1
@@ -120,13 +174,74 @@ class ArchiveShelf:
         left = self._readers.get(name, 0) - 1
         if left > 0:
             self._readers[name] = left
-        else:
-            self._readers.pop(name, None)
-            self._evict()
+            return
+        self._readers.pop(name, None)
+        copy = self._copies.get(name)
+        if copy is not None:
+            self._stop_if_unwanted(copy)
+        self._evict()
+
+    def _stop_if_unwanted(self, copy: ShelfCopy) -> None:
+        if not copy.complete and not copy.waiting and not self._readers.get(copy.name):
+            copy.stop.set()  # the fetch stops at its next frame, and takes its partial copy away
+
+    def _start_fetch(self, name: str) -> ShelfCopy:
+        self.dir.mkdir(exist_ok=True)
+        # A copy's own name: a stopped fetch may still be writing its copy when the next starts.
+        copy = ShelfCopy(name, self.size(name), self.dir / f"{name}.{next(self._fetch_numbers)}.part")
+        self._copies[name] = copy
+        trio.lowlevel.spawn_system_task(self._fetch, copy)
+        return copy
+
+    async def _fetch(self, copy: ShelfCopy) -> None:
+        """The fetch of one copy (a system task: it outlives the dump that started it, and ends
+        with it only through ``stop``)."""
+        token = trio.lowlevel.current_trio_token()
+        aligned = MAGIC_END
+
+        def written(end: int) -> None:  # in the fetch's threads, one call at a time
+            nonlocal aligned
+            with open(copy.path, "rb") as partial:
+                whole = whole_events_end(partial.fileno(), aligned, end)
+            if whole > aligned:
+                aligned = whole
+                token.run_sync_soon(self._advance, copy, whole)
+
+        try:
+            await run_abandonable(self.fetch_file, copy.name, copy.path, copy.stop.is_set, written)
+            final = self.dir / copy.name
+            copy.path.rename(final)
+        except trio.Cancelled:  # the relay is stopping
+            copy.stop.set()
+            raise
+        except (RelayError, OSError) as exc:
+            copy.path.unlink(missing_ok=True)
+            if self._copies.get(copy.name) is copy:
+                del self._copies[copy.name]
+            if not isinstance(exc, FetchStopped):
+                log.error("archive: could not read %s back: %s", copy.name, exc)
+            copy.error = ArchiveReadError(f"could not read {copy.name} back from the archive: {exc}")
+            copy.changed()
+            return
+        except Exception:  # a system task's error would end the relay: kept as the fetch's
+            log.exception("archive: the fetch of %s failed", copy.name)
+            copy.path.unlink(missing_ok=True)
+            copy.error = ArchiveReadError(f"could not read {copy.name} back from the archive")
+            copy.changed()
+            return
+        copy.path, copy.ready, copy.complete = final, copy.size, True
+        copy.changed()
+        log.info("archive: %s fetched back for a dump (%d bytes)", copy.name, copy.size)
+        self._evict()
+
+    @staticmethod
+    def _advance(copy: ShelfCopy, ready: int) -> None:
+        if not copy.complete and ready > copy.ready:
+            copy.ready = ready
+            copy.changed()
 
     def _evict(self) -> None:
-        for name in list(self._copies):
-            if len(self._copies) <= self.keep:
-                return
+        whole = [name for name, copy in self._copies.items() if copy.complete]
+        for name in whole[:max(0, len(whole) - self.keep)]:
             if name not in self._readers:  # an open copy stays: the dump holds it mapped
-                self._copies.pop(name).unlink(missing_ok=True)
+                self._copies.pop(name).path.unlink(missing_ok=True)

@@ -266,6 +266,48 @@ def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_f
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 
+def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, relay_factory, s3_server, tmp_path):
+    """A file only the archive holds is served as it comes back: the client has its first events
+    while the rest is still on its way (the store slowed down), and the whole file in the end."""
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server),
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary.sql("CREATE DATABASE IF NOT EXISTS test")
+    primary.sql("CREATE TABLE test.big (id INT PRIMARY KEY, v VARCHAR(128))")
+    # about 16 MiB of hex digits: several frames, an object of some megabytes
+    for first in range(0, 120_000, 40_000):
+        primary.sql(f"INSERT INTO test.big SELECT seq, SHA2(CONCAT(RAND(), seq), 512) FROM test.seq_{first + 1}_to_"
+                    f"{first + 40_000}")
+    primary.sql("FLUSH BINARY LOGS")
+    write_files(primary, 3)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
+    big = max(only_archived, key=lambda name: (tmp_path / "primary-copies" / name).stat().st_size)
+    original = (tmp_path / "primary-copies" / big).read_bytes()
+    assert len(original) > 12 << 20
+    out = tmp_path / "raw"
+    out.mkdir()
+    s3_server.proxy.slow(2 << 20)
+    try:
+        client = subprocess.Popen(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host",
+                                   LOOPBACK, "--port", str(relay.port), "--user", REPL_USER,
+                                   f"--password={REPL_PASSWORD}", f"--result-file={out}/", big],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        served = out / big
+        wait_for(lambda: served.exists() and served.stat().st_size > 1 << 20, 60, "no event of the file came")
+        # the client has events of the file while its fetch is not done
+        assert list((relay.data_dir / "archive-cache").glob(f"{big}.*.part"))
+        assert f"{big} fetched back" not in relay.log_text()
+    finally:
+        s3_server.proxy.heal()
+    _, errors = client.communicate(timeout=60)
+    assert client.returncode == 0, errors
+    assert served.read_bytes() == original
+    assert f"{big} fetched back" in relay.log_text()
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
 def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
         mariadb_factory, relay_factory, s3_server, tmp_path):
     """The first relay archives and is gone with its disk; the primary purged what it archived. A

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class CuttableProxy:
@@ -16,6 +17,7 @@ class CuttableProxy:
         self.port = self._listener.getsockname()[1]
         self.cut_after: int | None = None  # bytes from the primary, counted per connection
         self.frozen = threading.Event()  # while set, nothing is forwarded and nothing is closed
+        self.rate: float | None = None  # bytes a second from the primary, per connection (a slow network)
         self.cuts = 0
         self.connections = 0
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -53,6 +55,9 @@ class CuttableProxy:
                     self.frozen.wait(0.05)  # a silent network: bytes neither pass nor fail
                 sink.sendall(data)
                 forwarded += len(data)
+                rate = self.rate if from_primary else None
+                if rate:
+                    time.sleep(len(data) / rate)  # the time these bytes take on a slow network
                 if from_primary and self.cut_after is not None and forwarded >= self.cut_after:
                     self.cut_after = None
                     self.cuts += 1

@@ -69,8 +69,13 @@ class StoreProxy(CuttableProxy):
         """Connections are accepted and nothing goes through (a hung store, a silent network)."""
         self.frozen.set()
 
+    def slow(self, bytes_per_second: float) -> None:
+        """What the store sends comes at that rate, on each connection (a slow network)."""
+        self.rate = bytes_per_second
+
     def heal(self) -> None:
         self.frozen.clear()
+        self.rate = None
 
     def drop_connections(self) -> None:
         """Shut down the open connections (a pump blocked in recv wakes only on shutdown)."""

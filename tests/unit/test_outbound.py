@@ -174,3 +174,23 @@ def test_frame_block_leaves_an_event_of_16_mb_to_the_general_path(frame_loop):
     assert (run.events, run.used) == (1, len(first))
     smaller = bytes(first) + bytes(big[:-1])[:9] + (len(big) - 1).to_bytes(4, "little") + bytes(big[13:-1])
     assert frame_block(memoryview(smaller), len(smaller), 1, None).events == 2
+
+
+@pytest.mark.parametrize("crc", [True, False])
+def test_the_next_files_rotate_sent_ahead_is_the_one_file_start_sends(crc):
+    """A dump reaching an archived file sends its fake ROTATE before fetching it (downstream/dump.py):
+    the same bytes as the ROTATE that opens it otherwise, and it is not sent twice."""
+    fde = bytes(_events()[0])
+    plain, ahead = OutboundStream(_options(first_rotate_crc=crc)), OutboundStream(_options(first_rotate_crc=crc))
+    for stream in (plain, ahead):
+        stream.file_start("mysql-bin.000001", 4, fde, first=True)
+    opened = plain.file_start("mysql-bin.000002", 4, fde, first=False)
+    announced = ahead.announce("mysql-bin.000002")
+    assert [announced, *ahead.file_start("mysql-bin.000002", 4, fde, first=False)] == opened
+    rotate = ev.parse_rotate(announced, ahead.checksum_alg == ev.CHECKSUM_CRC32)
+    assert (rotate.next_file, rotate.position) == ("mysql-bin.000002", 4)
+    # announced for one file, another opened (the dump moved on otherwise): that one gets its own
+    other = OutboundStream(_options(first_rotate_crc=crc))
+    other.file_start("mysql-bin.000001", 4, fde, first=True)
+    other.announce("mysql-bin.000002")
+    assert len(other.file_start("mysql-bin.000003", 4, fde, first=False)) == 2
