@@ -5,7 +5,7 @@ file only the archive holds served back, against the same file served from the l
 
 The primary: a sandbox of its own (``bencharchive``, port 26346; ``--reuse`` keeps it), filled by
 sysbench oltp_write_only to --size-mb MiB in files of --max-binlog-size (about five closed files).
-The store: moto's S3 server (relay/sandbox/s3.py) on a loopback port, in memory.  Three parts, in
+The store: moto's S3 server (relay/sandbox/s3.py) on a loopback port, in memory.  Four parts, in
 one run:
 
 1. **Archive vs ingest**, --rounds times: the relay (the real program, fresh data_dir, ``sync:
@@ -29,7 +29,15 @@ one run:
    file *local*: a second relay (no archive) whose data_dir got that file by ``binlog-relay import``
    of the primary's copy.  Every copy is compared byte for byte with the primary's file; seconds are
    the mariadb-binlog process's.  Goal: archived (first read) MiB/s / local MiB/s >= 0.5.
-3. **zstd and AES cost**, --rounds times: the closed files compressed here with the archive's own
+3. **Following a live primary**, once: a second primary (its own sandbox in the work dir, the same
+   max_binlog_size) written by sysbench oltp_write_only at full speed (4 threads, no rate limit) for
+   --live-seconds, a fresh relay with the archive following it from its first file.  /metrics every
+   50 ms: the archive's lag (closed files, and their bytes, not yet archived) at its largest; when
+   the load ends, how long until every closed file is archived.  The primary's write rate is its
+   binlog's growth over the load.  The archive keeps up with the load when it never lags by more
+   than the file being archived and is done within moments of the load's end; part 1's catch-up
+   burst is the harder case, where ingest runs as fast as the relay can store.
+4. **zstd and AES cost**, --rounds times: the closed files compressed here with the archive's own
    ``ObjectWriter`` (4 MiB frames, level --level), plain and encrypted (a random KEK), and every frame
    decoded back with ``ObjectReader.decode_frame`` (checked against the file): CPU seconds of this
    process (one core) per GiB of file, and the compression ratio (file bytes / object bytes).  The
@@ -45,6 +53,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -55,15 +64,18 @@ from relay.archive.objectformat import DEFAULT_LEVEL
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, LocalMariaDB
 from relay.sandbox.ports import LOOPBACK, free_port
 from relay.sandbox.relayprocess import RELAY_SERVER_ID, RelayProcess, http_get, start_relay
+from relay.sandbox.replication import wait_binlog_settled
 from relay.sandbox.s3 import REGION, MotoServer, start_moto_server
 
 from .common import (
     MARIADB_BINLOG,
+    PRIMARY_SERVER_ID,
     REPO_ROOT,
     BenchError,
     BinlogFile,
     bench_main,
     bench_parser,
+    binlog_bytes,
     cpu_seconds,
     fresh_dir,
     git_commit,
@@ -74,9 +86,12 @@ from .common import (
     parse_bench_args,
     require_programs,
     run_measured,
+    run_quietly,
     server_version,
     settle,
     stop_relay,
+    sysbench_command,
+    sysbench_prepare,
     table,
 )
 from .ingest import child_env, finish_primary, measured_binlog, prepare_primary
@@ -442,6 +457,79 @@ def compression_round(files: list[BinlogFile], level: int, encrypted: bool, vari
             "decode_cpu_s_per_gib": decode_s * GIB / file_bytes}
 
 
+# ================================================================ 3. following a live primary
+
+
+def live_run(args: argparse.Namespace, store: Store, work: Path) -> dict[str, Any]:
+    """A relay with the archive following a primary written at full speed (the docstring's part 3)."""
+    primary = LocalMariaDB(fresh_dir(work / "primary"), PRIMARY_SERVER_ID, free_port(),
+                           extra_args=[f"--max-binlog-size={args.max_binlog_size}"])
+    relay: RelayProcess | None = None
+    try:
+        primary.start()
+        if args.fill == "sysbench":
+            sysbench_prepare(primary)
+        wait_binlog_settled(primary)
+        store.moto.reset()
+        store.moto.create_bucket(BUCKET)
+        relay = start_archiving_relay(work / "relay", primary.port, store, args.level)
+        wait_metrics(relay, lambda values: _caught_up(values, primary) and _lag(values)[0] == 0, args.timeout,
+                     "the relay did not catch up with the live primary before its load")
+        before_bytes, before_files = binlog_bytes(primary), len(primary.binlog_files())
+        uploaded0 = metric_samples(relay.metrics_port).get(f"{M}archive_uploaded_files_total", 0.0)
+        relay_cpu0, moto_cpu0 = cpu_seconds(relay.pid), cpu_seconds(store.moto.pid)
+        load = threading.Thread(target=_write_for, args=(primary, args.live_seconds, args.fill), daemon=True)
+        started = time.monotonic()
+        load.start()
+        max_files = max_bytes = 0.0
+        while load.is_alive():
+            files_behind, bytes_behind = _lag(wait_metrics(relay, lambda values: True, args.timeout, "no /metrics"))
+            max_files, max_bytes = max(max_files, files_behind), max(max_bytes, bytes_behind)
+            time.sleep(POLL)
+        load.join()
+        ended = time.monotonic()
+        written = binlog_bytes(primary) - before_bytes
+        values = wait_metrics(relay, lambda values: _caught_up(values, primary) and _lag(values)[0] == 0,
+                              args.timeout, "the archive did not catch up after the load")
+        drained = time.monotonic() - ended
+        files_closed = len(primary.binlog_files()) - before_files
+        archived = values.get(f"{M}archive_uploaded_files_total", 0.0) - uploaded0
+        if archived < files_closed:
+            raise BenchError(f"{files_closed} files closed under the load, {archived:.0f} archived")
+        return {"load": "sysbench oltp_write_only, 4 threads" if args.fill == "sysbench" else "SQL inserts (smoke)",
+                "seconds": ended - started, "written_mib": mib(written),
+                "primary_mib_per_s": mib(written) / (ended - started), "files_closed": files_closed,
+                "max_lag_files": max_files, "max_lag_mib": mib(max_bytes), "drain_after_load_s": drained,
+                "relay_cpu_s": cpu_seconds(relay.pid) - relay_cpu0,
+                "moto_cpu_s": cpu_seconds(store.moto.pid) - moto_cpu0}
+    finally:
+        stop_relay(relay)
+        primary.destroy()
+
+
+def _caught_up(values: dict[str, float], primary: LocalMariaDB) -> bool:
+    name, position = primary.master_status()
+    return _committed(values) == (float(int(name.rsplit(".", 1)[1])), float(position))
+
+
+def _lag(values: dict[str, float]) -> tuple[float, float]:
+    return values.get(f"{M}archive_lag_files", 0.0), values.get(f"{M}archive_lag_bytes", 0.0)
+
+
+def _write_for(primary: LocalMariaDB, seconds: float, fill: str) -> None:
+    """The live load: sysbench oltp_write_only at full speed, or (smoke runs) plain INSERTs."""
+    if fill == "sysbench":
+        run_quietly([*sysbench_command(primary), "--threads=4", f"--time={max(1, round(seconds))}",
+                     "oltp_write_only", "run"])
+        return
+    primary.sql("CREATE DATABASE IF NOT EXISTS smoke")
+    primary.sql("CREATE TABLE IF NOT EXISTS smoke.t (id INT AUTO_INCREMENT PRIMARY KEY, c CHAR(120))")
+    deadline = time.monotonic() + seconds
+    with primary.client() as client:
+        while time.monotonic() < deadline:
+            client.query("INSERT INTO smoke.t (c) SELECT REPEAT('c', 120) FROM smoke.seq_1_to_100")
+
+
 # ================================================================ the benchmark
 
 
@@ -499,6 +587,16 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         local = None
         stop_relay(archiving)
         archiving = None
+        after = primary.master_status()
+        if (files[-1].name, files[-1].size) != after:
+            raise BenchError(f"the primary was written to during the benchmark: {files[-1].name}:{files[-1].size} "
+                             f"-> {after}")
+
+        log(f"following a live primary: {args.live_seconds:g} s of load")
+        live = live_run(args, store, work / "live")
+        log(f"  the primary wrote {live['primary_mib_per_s']:.1f} MiB/s ({live['files_closed']} files closed); the "
+            f"archive lagged by at most {live['max_lag_files']:.0f} files ({live['max_lag_mib']:.1f} MiB) and was "
+            f"done {live['drain_after_load_s']:.2f} s after the load")
         store.moto.stop()
 
         compression_runs: list[dict[str, Any]] = []
@@ -517,10 +615,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             raise BenchError(f"the closed files compressed here ({relay_variant}) make {sorted(here)} object bytes, "
                              f"the relay uploaded {sorted(uploaded)}: not the same objects")
 
-        after = primary.master_status()
-        if (files[-1].name, files[-1].size) != after:
-            raise BenchError(f"the primary was written to during the benchmark: {files[-1].name}:{files[-1].size} "
-                             f"-> {after}")
         return {
             "machine": machine_info(), "relay": {"commit": git_commit()},
             "primary": {"version": server_version(primary), "max_binlog_size": args.max_binlog_size},
@@ -530,7 +624,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "store": {"server": f"moto {moto_version}", "endpoint": "loopback, in memory"},
             "archive_config": {"encrypted": args.encrypted, "level": args.level, "chunk_mib": 4},
             "served_file": {"name": chosen.name, "bytes": chosen.size, "mib": mib(chosen.size)},
-            "rounds": args.rounds, "archive_runs": archive_runs, "serve_runs": serve_runs,
+            "rounds": args.rounds, "archive_runs": archive_runs, "serve_runs": serve_runs, "live": live,
             "compression_runs": compression_runs,
             "summary": summarize(archive_runs, serve_runs, compression_runs),
         }
@@ -617,13 +711,27 @@ def report(results: dict[str, Any]) -> str:
               table(["source", "runs", "seconds", "MiB/s", "range", "relay CPU s", "ratio"], rows),
               f"archived (first read) / local = {sh['ratio']:.2f} (goal >= {sh['goal']:.1f}: "
               f"{'met' if sh['goal_met'] else 'NOT met'}); shelf / local = {sh['shelf_ratio']:.2f}", ""]
+    live = results.get("live")
+    if live is not None:
+        capacity = a["archive_mib_per_s"]["median"]
+        lines += [f"3. Following a live primary ({live['load']}, {live['seconds']:.0f} s, max_binlog_size "
+                  f"{results['primary']['max_binlog_size']})",
+                  table(["figure", "value"], [
+                      ["primary wrote MiB/s", f"{live['primary_mib_per_s']:.1f}"],
+                      ["files closed", live["files_closed"]],
+                      ["archive lag at most, files", f"{live['max_lag_files']:.0f}"],
+                      ["archive lag at most, MiB", f"{live['max_lag_mib']:.1f}"],
+                      ["all archived after the load, s", f"{live['drain_after_load_s']:.2f}"],
+                      ["relay CPU s / moto CPU s", f"{live['relay_cpu_s']:.2f} / {live['moto_cpu_s']:.2f}"]]),
+                  f"part 1's archive MiB/s / the live primary's MiB/s = "
+                  f"{capacity / max(live['primary_mib_per_s'], 1e-9):.1f}", ""]
     rows = []
     for variant, c in s["compression"].items():
         for step in ("compress", "decode"):
             figure = c[f"{step}_cpu_s_per_gib"]
             rows.append([variant, step, f"{figure['median']:.2f}", f"{figure['min']:.2f}-{figure['max']:.2f}",
                          f"{1024 / figure['median']:.0f}" if figure["median"] else "-", f"{c['ratio']:.2f}"])
-    lines += [f"3. The closed files through the archive's object format here (4 MiB frames, zstd level "
+    lines += [f"4. The closed files through the archive's object format here (4 MiB frames, zstd level "
               f"{conf['level']}; one core)",
               table(["variant", "step", "CPU s/GiB", "range", "MiB/s", "zstd ratio"], rows)]
     return "\n".join(lines)
@@ -636,6 +744,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      primary={"size_mb": 300, "min_mb": 200, "max_binlog_size": "64M", "port": 26346,
                               "name": "bencharchive"})
     p.add_argument("--min-files", type=int, default=3, help="refuse to measure fewer closed binlog files")
+    p.add_argument("--live-seconds", type=float, default=30.0, help="how long part 3 writes to its live primary")
     p.add_argument("--compare-level", type=int, default=3, choices=range(1, 20), metavar="1-19",
                    help="a zstd level measured beside --level in part 3 (plain), for the choice of the default")
     p.add_argument("--level", type=int, default=DEFAULT_LEVEL, choices=range(1, 20), metavar="1-19",

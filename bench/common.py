@@ -214,12 +214,9 @@ def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4, *, 
     ``stop_short``: the rounds shrink as the binlog nears the target (to 0.8 of what the last
     round's rate says is left, 1 s at least), so it ends a few MiB past it instead of up to a
     round's worth: for a binlog that must stay in one file below max_binlog_size."""
-    require_programs("sysbench")
-    sysbench = ["sysbench", "--db-driver=mysql", f"--mysql-host={LOOPBACK}", f"--mysql-port={server.port}",
-                "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
-    server.sql("CREATE DATABASE IF NOT EXISTS sbtest")
+    sysbench = sysbench_command(server)
     started = time.monotonic()
-    _run_quietly([*sysbench, "--threads=2", "oltp_write_only", "prepare"])
+    sysbench_prepare(server)
     log(f"sysbench prepare: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
     target = target_mib * MIB
     rate = 0.0  # bytes a second of the last round
@@ -228,9 +225,22 @@ def fill_sysbench(server: LocalMariaDB, target_mib: float, threads: int = 4, *, 
         if stop_short and rate:
             seconds = max(1, min(seconds, int(0.8 * (target - size) / rate)))
         round_started = time.monotonic()
-        _run_quietly([*sysbench, f"--threads={threads}", f"--time={seconds}", "oltp_write_only", "run"])
+        run_quietly([*sysbench, f"--threads={threads}", f"--time={seconds}", "oltp_write_only", "run"])
         rate = (binlog_bytes(server) - size) / (time.monotonic() - round_started)
     log(f"sysbench: {time.monotonic() - started:.0f} s, binlog {mib(binlog_bytes(server)):.0f} MiB")
+
+
+def sysbench_command(server: LocalMariaDB) -> list[str]:
+    """sysbench's command line for the benchmarks' tables on ``server`` (the test and its action follow)."""
+    require_programs("sysbench")
+    return ["sysbench", "--db-driver=mysql", f"--mysql-host={LOOPBACK}", f"--mysql-port={server.port}",
+            "--mysql-user=root", "--mysql-db=sbtest", "--tables=4", "--table-size=100000"]
+
+
+def sysbench_prepare(server: LocalMariaDB) -> None:
+    """oltp_write_only's tables (4 x 100k rows, bulk INSERTs)."""
+    server.sql("CREATE DATABASE IF NOT EXISTS sbtest")
+    run_quietly([*sysbench_command(server), "--threads=2", "oltp_write_only", "prepare"])
 
 
 def fill_sql(server: LocalMariaDB, target_mib: float) -> None:
@@ -247,7 +257,7 @@ def fill_sql(server: LocalMariaDB, target_mib: float) -> None:
                 client.query("INSERT INTO smoke.t (k, c, pad) VALUES (1, 'x', 'y')")
 
 
-def _run_quietly(argv: list[str]) -> None:
+def run_quietly(argv: list[str]) -> None:
     result = subprocess.run(argv, text=True, capture_output=True)
     if result.returncode != 0:
         raise BenchError(f"{' '.join(argv[:1] + argv[-2:])} failed: {(result.stderr or result.stdout).strip()[-500:]}")

@@ -69,7 +69,8 @@ def scenario_args(args: argparse.Namespace) -> dict[str, list[str]]:
                       "20", "--port", str(free_port())] if args.smoke else []), "--sandbox-dir", args.sandbox_dir,
                    *keep, *rounds, "--workdir", str(work / "search")],
         "archive": [*(["--fill", "sql", "--size-mb", "1", "--min-mb", "0.5", "--max-binlog-size", "128K", "--port",
-                       str(free_port())] if args.smoke else []), "--sandbox-dir", args.sandbox_dir, *keep, *rounds,
+                       str(free_port()), "--live-seconds", "3"] if args.smoke else []),
+                    "--sandbox-dir", args.sandbox_dir, *keep, *rounds,
                     "--workdir", str(work / "archive")],
     }
 

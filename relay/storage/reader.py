@@ -108,7 +108,10 @@ class TailReader:
         file it does not have yet but soon will, or whose first event it has not committed yet: a
         blocking dump waits for it (ERR 1236 would stop a replica's IO thread for good)."""
         if self.file and self.relay_log.archived_only(self.file):
-            return FetchArchived(self.file) if self.relay_log.read_path(self.file) is None else None
+            copy = self.relay_log.shelf.entry(self.file)  # type: ignore[union-attr]
+            # its first events, and those at the start asked for, fetched back (or being fetched)
+            wanted = copy is None or not copy.complete and copy.ready <= self.position
+            return FetchArchived(self.file) if wanted else None
         files = self.relay_log.files
         committed = self.relay_log.committed
         if self.relay_log.repairs_pending():  # a file a power cut damaged is fetched again first

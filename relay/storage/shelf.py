@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from ..archive.objects import ArchivedFile, FetchStopped
+from ..archive.objects import ArchivedFile
 from ..errors import Refusal, RelayError
 from ..trio_run import run_abandonable
 from .scan import whole_events_end
@@ -157,15 +157,17 @@ class ArchiveShelf:
     async def wait(self, copy: ShelfCopy, position: int | None) -> None:
         """Until bytes of ``copy`` past ``position`` are ready (None: all of them).  A waiter that
         is cancelled (its client left) stops the fetch if nobody else wants it."""
+        cancelled = False
         copy.waiting += 1
         try:
             await copy.wait_beyond(position)
         except trio.Cancelled:
-            copy.waiting -= 1
-            self._stop_if_unwanted(copy)
+            cancelled = True
             raise
-        else:
+        finally:
             copy.waiting -= 1
+            if cancelled:
+                self._stop_if_unwanted(copy)
 
     def reading(self, name: str) -> None:
         self._readers[name] = self._readers.get(name, 0) + 1
@@ -214,19 +216,14 @@ class ArchiveShelf:
         except trio.Cancelled:  # the relay is stopping
             copy.stop.set()
             raise
-        except (RelayError, OSError) as exc:
+        except Exception as exc:  # a system task's error would end the relay: it is the fetch's
+            # (the archiver logged a read that failed; the dumps waiting log what they end with)
+            if not isinstance(exc, (RelayError, OSError)):
+                log.exception("archive: the fetch of %s failed", copy.name)
             copy.path.unlink(missing_ok=True)
             if self._copies.get(copy.name) is copy:
                 del self._copies[copy.name]
-            if not isinstance(exc, FetchStopped):
-                log.error("archive: could not read %s back: %s", copy.name, exc)
             copy.error = ArchiveReadError(f"could not read {copy.name} back from the archive: {exc}")
-            copy.changed()
-            return
-        except Exception:  # a system task's error would end the relay: kept as the fetch's
-            log.exception("archive: the fetch of %s failed", copy.name)
-            copy.path.unlink(missing_ok=True)
-            copy.error = ArchiveReadError(f"could not read {copy.name} back from the archive")
             copy.changed()
             return
         copy.path, copy.ready, copy.complete = final, copy.size, True

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 from relay.archive.keys import read_keks
 from relay.archive.objects import OBJECT_DIR, ArchivedFileReader, list_archive, object_key
 from relay.archive.store import open_store
+from relay.binlog.events import ANNOTATE_ROWS_EVENT
+from relay.sandbox.binlogfiles import split_events
 from relay.sandbox.compare import copy_differences
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
 from relay.sandbox.polling import wait_for
@@ -24,6 +27,7 @@ from relay.sandbox.ports import LOOPBACK, free_port
 from relay.sandbox.replication import attach_replica, wait_caught_up
 from relay.storage.index import read_index
 from tests.support.faults import metric
+from tests.support.replication import dump_events
 from tests.support.s3 import REGION, S3Server
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -288,7 +292,12 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
     assert len(original) > 12 << 20
     out = tmp_path / "raw"
     out.mkdir()
-    s3_server.proxy.slow(2 << 20)
+    events = list(split_events(original[4:]))
+    # an event's start near the end of the file: the last run of frames gets there last
+    late = len(events) * 97 // 100
+    late_start = 4 + sum(event.length for event in events[:late])
+    from_late: list[Any] = []
+    s3_server.proxy.slow(1 << 20)
     try:
         client = subprocess.Popen(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host",
                                    LOOPBACK, "--port", str(relay.port), "--user", REPL_USER,
@@ -299,11 +308,19 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
         # the client has events of the file while its fetch is not done
         assert list((relay.data_dir / "archive-cache").glob(f"{big}.*.part"))
         assert f"{big} fetched back" not in relay.log_text()
+        # a dump from near the end of the file, while it is still fetched, starts there once it is fetched that far
+        reader = threading.Thread(target=lambda: from_late.extend(dump_events(relay.port, big, late_start, 78)))
+        reader.start()
     finally:
         s3_server.proxy.heal()
     _, errors = client.communicate(timeout=60)
     assert client.returncode == 0, errors
     assert served.read_bytes() == original
+    reader.join(60)
+    # the file's events from there (after the fake ROTATE and the FDE), but the annotations this
+    # client did not ask for, as a primary leaves them out
+    expected = [event.data for event in events[late:] if event.type != ANNOTATE_ROWS_EVENT]
+    assert [event.data for event in from_late[2:2 + len(expected)]] == expected
     assert f"{big} fetched back" in relay.log_text()
     assert relay.alive() and "Traceback" not in relay.log_text()
 
