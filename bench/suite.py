@@ -378,7 +378,8 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
               f"{b['closed_mib']:.0f} MiB), archived {'encrypted' if conf['encrypted'] else 'plain'} with zstd level "
               f"{conf['level']} in 4 MiB frames to {arch['store']['server']} on loopback (in memory); "
               f"{arch['rounds']} rounds. *Archive vs ingest*: one relay ingests the binlog while it archives every "
-              "closed file (compress, upload, read back and verify, meta); ingest MiB/s is what it stored over the "
+              "closed file (check its events, compress, upload, compare the store's CRC32 of the object with its own, "
+              "meta); ingest MiB/s is what it stored over the "
               "time to the primary's end, archive MiB/s the closed files' bytes over the time the archive lagged "
               "(a closed file not archived yet). Goal: archive / ingest >= 1.0."), "",
              "| figure | median (range) |", "|---|---:|",
@@ -392,8 +393,9 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
              f"| zstd ratio (file / object bytes) | {a['zstd_ratio']['median']:.2f} |", "",
              f"Archive / ingest {a['headline']['ratio']:.2f} ({_goal(a['headline']['goal_met'])}).", "",
              (f"*Serving* {f['name']} ({f['mib']:.1f} MiB), which only the archive holds, to `mariadb-binlog --raw` "
-              "(the relay restarted before each round: the first read fetches it back frame by frame, the second "
-              "reads the copy on the relay's shelf), against the same file local to a relay that imported it; "
+              "(the relay restarted before each round: the first read fetches it back frame by frame and serves "
+              "the copy as it grows, the second reads the copy on the relay's shelf), against the same file local to "
+              "a relay that imported it; "
               "every copy checked byte for byte. Goal: first read / local >= 0.5."), "",
              "| source | seconds | MiB/s | range | relay CPU s | ratio |", "|---|---:|---:|---:|---:|---:|"]
     for source in (archive.FIRST, archive.SHELF, archive.LOCAL):
@@ -402,8 +404,22 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
                      f"{row['mib_per_s']['min']:.1f}-{row['mib_per_s']['max']:.1f} | "
                      f"{row['median_server_cpu_s']:.2f} | "
                      + ("1.00 (ref) |" if source == archive.LOCAL else f"{row['ratio']:.2f} |"))
-    lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])}).", "",
-              ("*Object format cost*: the closed files through the archive's ObjectWriter and back through "
+    lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])}).", ""]
+    live = arch.get("live")
+    if live is not None:
+        lines += [(f"*Following a live primary*: a second primary written by {live['load']} at full speed for "
+                   f"{live['seconds']:.0f} s, a fresh relay with the archive following it (files of "
+                   f"{arch['primary']['max_binlog_size']}); the archive's lag is what is closed and not archived yet, "
+                   "sampled every 50 ms."), "",
+                  "| figure | value |", "|---|---:|",
+                  f"| the primary wrote, MiB/s | {live['primary_mib_per_s']:.1f} |",
+                  f"| files closed under the load | {live['files_closed']} |",
+                  f"| archive lag at most, files (MiB) | {live['max_lag_files']:.0f} ({live['max_lag_mib']:.1f}) |",
+                  f"| every closed file archived, s after the load | {live['drain_after_load_s']:.2f} |",
+                  f"| relay CPU s / moto CPU s | {live['relay_cpu_s']:.2f} / {live['moto_cpu_s']:.2f} |", "",
+                  (f"Archive MiB/s of the burst above / what the primary wrote = "
+                   f"{a['archive_mib_per_s']['median'] / max(live['primary_mib_per_s'], 1e-9):.1f}."), ""]
+    lines += [("*Object format cost*: the closed files through the archive's ObjectWriter and back through "
                "ObjectReader.decode_frame in the benchmark's process, CPU seconds of one core per GiB of file."), "",
               "| variant | zstd level | compress CPU s/GiB | decode CPU s/GiB | zstd ratio |",
               "|---|---:|---:|---:|---:|"]
