@@ -52,6 +52,15 @@ def write_files(primary: Any, count: int, table: str = "t") -> None:
         primary.sql("FLUSH BINARY LOGS")
 
 
+def primary_and_archiving_relay(mariadb_factory: Any, relay_factory: Any, s3: S3Server) -> tuple[Any, Any]:
+    """A primary, and a relay archiving it whose retention purges every archived file but two."""
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3),
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    return primary, relay
+
+
 def relay_holds_the_primarys_newest(relay: Any, primary: Any) -> bool:
     """The relay stores the primary's newest file, up to the primary's end of it."""
     names = read_index(relay.data_dir)
@@ -98,10 +107,7 @@ def test_closed_files_are_archived_verified_and_purged_locally_only_once_archive
 
 def test_with_the_store_down_ingest_goes_on_and_nothing_unarchived_is_purged(
         mariadb_factory, relay_factory, s3_server):
-    primary = mariadb_factory(server_id=1)
-    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
-                          archive=archive_config(s3_server),
-                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     write_files(primary, 2)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary)
              and metric(relay, "binlog_relay_archive_lag_files") == 0, 60, "the first files were not archived")
@@ -194,10 +200,7 @@ def test_files_only_the_archive_holds_are_served_as_the_primary_wrote_them(
 
 
 def test_a_damaged_archived_object_is_never_served(mariadb_factory, relay_factory, s3_server, tmp_path):
-    primary = mariadb_factory(server_id=1)
-    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
-                          archive=archive_config(s3_server),
-                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     write_files(primary, 4)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
     only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
@@ -237,10 +240,7 @@ def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_f
     """``mariadb-binlog --raw FILE`` stops at the fake ROTATE that opens the next file: a primary sends
     it as it opens that file, the relay before fetching it back, so such a client never waits for
     the archive (here: hung) to hand over a file it will not read."""
-    primary = mariadb_factory(server_id=1)
-    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
-                          archive=archive_config(s3_server),
-                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     write_files(primary, 5)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
     only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
@@ -273,10 +273,7 @@ def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_f
 def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, relay_factory, s3_server, tmp_path):
     """A file only the archive holds is served as it comes back: the client has its first events
     while the rest is still on its way (the store slowed down), and the whole file in the end."""
-    primary = mariadb_factory(server_id=1)
-    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
-                          archive=archive_config(s3_server),
-                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     primary.sql("CREATE DATABASE IF NOT EXISTS test")
     primary.sql("CREATE TABLE test.big (id INT PRIMARY KEY, v VARCHAR(128))")
     # about 16 MiB of hex digits: several frames, an object of some megabytes
