@@ -12,13 +12,14 @@ one run:
    none``, ``archive:`` the moto bucket, zstd level --level, encrypted with --encrypted;
    ``storage.retention`` max_size 16K, min_files 1, replica_grace 0, so a closed file leaves the disk
    as soon as it is archived) ingests the whole binlog while the archiver uploads every closed file
-   (compress, PUT, read back, verify, meta).  /metrics is polled every 50 ms from the moment the relay
-   listens: *ingest* ends when the committed end is the primary's, the *archive* when every closed
-   file is archived (``archive_lag_files`` 0, ``archive_files`` the closed count).  Ingest MiB/s is
-   what the relay stored from the first look on over the ingest time (it may have stored some before
-   it listened); archive MiB/s is the closed files' bytes over the time the
-   archive lag was above 0 (the archiver had work, or a closed file waited up to 0.5 s for its next
-   look): an archiver exactly as fast as ingest gives 1.0 however the files fall.  The time to the
+   (check its events, compress, PUT, compare the store's CRC32 of the object, meta).  /metrics is
+   polled every 50 ms from the moment the relay listens: *ingest* ends when the committed end is the
+   primary's, the *archive* when every closed file is archived (``archive_lag_files`` 0,
+   ``archive_files`` the closed count).  Ingest MiB/s is what the relay stored from the first look
+   on over the ingest time (it may have stored some before it listened); archive MiB/s is the
+   closed files' bytes over the time the archive lag was above 0 (the archiver had work, or a
+   closed file waited up to 0.5 s for the idle archiver's next look): an archiver exactly as fast as
+   ingest gives 1.0 however the files fall.  The time to the
    end of the archive from the same start, and the drain after ingest ended, are reported too.  Goal:
    archive MiB/s / ingest MiB/s >= 1.0.  CPU: the relay's and moto's (/proc) over the round.  moto
    is forgotten (reset) between rounds.
@@ -195,13 +196,19 @@ def check_clean(relay: RelayProcess, values: dict[str, float]) -> None:
                          f"times: not a clean run\n{relay.log_tail()}")
 
 
+def sample(relay: RelayProcess) -> dict[str, float]:
+    """The relay's /metrics now, from a live relay whose run is clean (check_clean)."""
+    relay.check_alive()
+    values = metric_samples(relay.metrics_port)
+    check_clean(relay, values)
+    return values
+
+
 def wait_metrics(relay: RelayProcess, ready: Any, timeout: float, what: str) -> dict[str, float]:
     """Poll the relay's /metrics until ``ready(values)``; the values then."""
     deadline = time.monotonic() + timeout
     while True:
-        relay.check_alive()
-        values = metric_samples(relay.metrics_port)
-        check_clean(relay, values)
+        values = sample(relay)
         if ready(values):
             return values
         if time.monotonic() > deadline:
@@ -234,10 +241,8 @@ def archive_round(args: argparse.Namespace, store: Store, files: list[BinlogFile
         max_lag_files = max_lag_bytes = 0.0
         deadline = started + args.timeout
         while True:
-            relay.check_alive()
-            values = metric_samples(relay.metrics_port)
+            values = sample(relay)
             now = time.monotonic()
-            check_clean(relay, values)
             if written_at_start is None:
                 written_at_start = values.get(f"{M}stored_written_bytes_total", 0.0)
             if last_lag > 0:
@@ -379,8 +384,7 @@ def read_file(args: argparse.Namespace, relay: RelayProcess, chosen: BinlogFile,
     if archived and (copy_after is None or (source == SHELF and copy_after != copy_before)):
         raise BenchError(f"{source}: {chosen.name} was not {'fetched onto' if source == FIRST else 'read from'} the "
                          "relay's shelf")
-    values = metric_samples(relay.metrics_port)
-    check_clean(relay, values)
+    values = sample(relay)
     fetched = values.get(f"{M}archive_served_bytes_total", 0.0) - served_before
     own = chosen.size if source == FIRST else 0
     if fetched < own or (not archived and fetched):
@@ -483,7 +487,7 @@ def live_run(args: argparse.Namespace, store: Store, work: Path) -> dict[str, An
         load.start()
         max_files = max_bytes = 0.0
         while load.is_alive():
-            files_behind, bytes_behind = _lag(wait_metrics(relay, lambda values: True, args.timeout, "no /metrics"))
+            files_behind, bytes_behind = _lag(sample(relay))
             max_files, max_bytes = max(max_files, files_behind), max(max_bytes, bytes_behind)
             time.sleep(POLL)
         load.join()

@@ -42,7 +42,7 @@ from .objectformat import (
     ObjectWriter,
     trailer_length,
 )
-from .store import ObjectMissing, ObjectStore, PutResult
+from .store import ObjectHead, ObjectMissing, ObjectStore, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def verify_upload(store: ObjectStore, meta: ObjectMeta, sent: PutResult, keks: I
             raise UploadMismatch(key, f"the store's checksum is {head.checksum}, the bytes sent have "
                                       f"{' or '.join(sorted(sent.checksums))}")
         return "store's checksum"
-    back = _read_back_digest(store, meta, keks)
+    back = _read_back_digest(store, meta, keks, head)
     if (back.size, back.crc32) != (sent.size, sent.crc32):
         raise UploadMismatch(key, f"read back it is {back.size} bytes of CRC32 {back.crc32:08x}, "
                                   f"{sent.size} bytes of {sent.crc32:08x} were sent")
@@ -213,10 +213,10 @@ def _object_frames(path: Path, writer: ObjectWriter, pool: Executor, ahead: int)
     yield writer.finish()
 
 
-def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> _Digest:
+def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek], head: ObjectHead) -> _Digest:
     """Size and CRC32 of the object as the store gives it back, fetched in ranges several at once;
     its trailer is parsed and checked against the meta on the way (open_reader)."""
-    open_reader(store, meta, keks)
+    open_reader(store, meta, keks, head)
     key = object_key(meta.name)
     ranges = [(start, min(start + VERIFY_RANGE, meta.object_size))
               for start in range(0, meta.object_size, VERIFY_RANGE)]
@@ -249,11 +249,13 @@ def read_meta(store: ObjectStore, name: str) -> ObjectMeta:
     return meta
 
 
-def open_reader(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> ObjectReader:
+def open_reader(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek],
+                head: ObjectHead | None = None) -> ObjectReader:
     """The verified reader of the object ``meta`` describes: its trailer fetched and checked
-    (one ranged GET, a second for a very long seek table), the key unwrapped."""
+    (one ranged GET, a second for a very long seek table), the key unwrapped.  ``head``: the
+    object's, if the caller has just asked for it."""
     key = object_key(meta.name)
-    head = store.head(key)
+    head = head or store.head(key)
     if head is None:
         raise ArchiveDamaged(key, "its meta document is there, the object is not")
     if head.size != meta.object_size:
@@ -336,13 +338,6 @@ class ArchivedFileReader:
         finally:
             pieces.close()
 
-    def _fetch_batch(self, frames: tuple[FrameEntry, ...]) -> list[bytes]:
-        """Consecutive frames, fetched in one ranged GET and decoded (thread-safe)."""
-        start = frames[0].object_start
-        data = memoryview(_get(self.store, self._key, start, frames[-1].object_end))
-        return [self._reader.decode_frame(frame.index, data[frame.object_start - start:frame.object_end - start])
-                for frame in frames]
-
     def _chunk(self, index: int) -> bytes:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1]
@@ -352,7 +347,8 @@ class ArchivedFileReader:
 
     def _fetch(self, index: int) -> bytes:
         """Frame ``index``, fetched and decoded."""
-        return self._fetch_batch((self._reader.layout.frames[index],))[0]
+        frame = self._reader.layout.frames[index]
+        return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
 
 
 class _Prefix:

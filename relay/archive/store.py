@@ -492,7 +492,6 @@ class _PartUploads:
         self.sent: list[CompletedPartTypeDef] = []
         self.size = 0
         self.crc32 = 0  # of the parts so far, in order
-        self._part_crc32s: list[int] = []
 
     def send(self, body: bytes) -> None:
         number = len(self.sent) + len(self._in_flight) + 1
@@ -501,11 +500,9 @@ class _PartUploads:
                                    f"{self._part_size} bytes; raise the part size")
         while len(self._in_flight) >= self._window:
             self.sent.append(self._in_flight.popleft().result())
-        crc32 = zlib.crc32(body)
-        self._in_flight.append(self._pool.submit(self._upload, number, body, crc32))
+        self._in_flight.append(self._pool.submit(self._upload, number, body))
         self.size += len(body)
         self.crc32 = zlib.crc32(body, self.crc32)
-        self._part_crc32s.append(crc32)
 
     def completed(self) -> list[CompletedPartTypeDef]:
         while self._in_flight:
@@ -513,11 +510,12 @@ class _PartUploads:
         return self.sent
 
     def checksums(self) -> frozenset[str]:
-        """What the store may say the object's checksum is (PutResult.checksums)."""
+        """What the store may say the object's checksum is (PutResult.checksums), once completed."""
         if not self._with_checksums:
             return frozenset()
-        composite = _checksum_text(zlib.crc32(b"".join(crc.to_bytes(4, "big") for crc in self._part_crc32s)))
-        return frozenset({_checksum_text(self.crc32), composite, f"{composite}-{len(self._part_crc32s)}"})
+        part_crc32s = b"".join(base64.b64decode(part["ChecksumCRC32"]) for part in self.sent)
+        composite = _checksum_text(zlib.crc32(part_crc32s))
+        return frozenset({_checksum_text(self.crc32), composite, f"{composite}-{len(self.sent)}"})
 
     def cancel(self) -> None:
         """Stop what has not started and wait for what has."""
@@ -528,15 +526,16 @@ class _PartUploads:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
-    def _upload(self, number: int, body: bytes, crc32: int) -> CompletedPartTypeDef:
+    def _upload(self, number: int, body: bytes) -> CompletedPartTypeDef:
         if not self._with_checksums:
             answer = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
                                               PartNumber=number, Body=body)
             return {"PartNumber": number, "ETag": answer["ETag"]}
+        checksum = _base64(zlib.crc32(body))  # here, on the part's own thread
         answer = self._client.upload_part(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id,
                                           PartNumber=number, Body=body, ChecksumAlgorithm="CRC32",
-                                          ChecksumCRC32=_base64(crc32))
-        return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": _base64(crc32)}
+                                          ChecksumCRC32=checksum)
+        return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": checksum}
 
 
 def _base64(crc32: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -64,20 +65,13 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
 
 
 
-def whole_events_end(fd: int, start: int, end: int, block_size: int = BLOCK_SIZE) -> int:
+def whole_events_end(fd: int, start: int, end: int) -> int:
     """Where the whole events from ``start`` end in the bytes [start, end) of a binlog file (at
-    ``start`` if the first is cut short or its header cannot be right): only headers are read."""
-    position = start
-    while position + ev.HEADER_LEN <= end:
-        block = os.pread(fd, min(block_size, end - position), position)
-        used, _ = find_event(block, 0, len(block), _NO_TYPES)
-        if used == 0:  # an event longer than the block
-            length = _LENGTH.unpack_from(block, 9)[0]
-            if length < ev.HEADER_LEN or position + length > end:
-                break
-            used = length
-        position += used
-    return position
+    ``start`` if the first is cut short or its header cannot be right).  Only the headers are read,
+    through a mapping: the bytes are not copied."""
+    with mmap.mmap(fd, end, access=mmap.ACCESS_READ) as view:
+        whole, _ = find_event(view, start, end, _NO_TYPES)
+    return whole
 
 
 def event_types(*types: int) -> bytes:
@@ -85,7 +79,7 @@ def event_types(*types: int) -> bytes:
     return bytes(t in types for t in range(256))
 
 
-def find_event(block: memoryview | bytes, pos: int, size: int, types: bytes) -> tuple[int, bool]:
+def find_event(block: memoryview | bytes | mmap.mmap, pos: int, size: int, types: bytes) -> tuple[int, bool]:
     """The first whole event from ``pos`` in ``block[:size]`` whose type is marked in ``types``:
     (its offset, True); else (where the whole events end, False).  Only headers are read."""
     if _compiled_find is not None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from relay.protocol.packets import ServerError
+from relay.sandbox.client import BlockingClient
+from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
 from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess, relay_config
 from tests.support.certs import make_certs
@@ -70,10 +73,6 @@ def test_change_master_to_moves_ingest_onto_tls(mariadb_factory, tmp_path):
     """CHANGE MASTER TO with MASTER_SSL options, issued to a relay that replicates in the clear: a
     wrong CA is refused while vetting (the relay keeps its upstream), the right one is followed over
     TLS (by an account the primary refuses without it), and SHOW SLAVE STATUS shows the options."""
-    from relay.protocol.packets import ServerError
-    from relay.sandbox.client import BlockingClient
-    from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
-
     primary, certs = _tls_primary(mariadb_factory, tmp_path)
     other = make_certs(tmp_path / "other")
     admin = {"name": "ops", "password": "ops-secret", "admin": True}

@@ -104,8 +104,7 @@ SMALL_EVENTS = _small_events()
 
 
 @pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.parametrize("block_size", [64, 4096, 1 << 20])  # 64: events larger than a block
-def test_whole_events_end_is_the_end_of_the_last_whole_event(loop, block_size, monkeypatch, tmp_path):
+def test_whole_events_end_is_the_end_of_the_last_whole_event(loop, monkeypatch, tmp_path):
     """How far a copy growing from its start may be read (storage/shelf.py): every cut of the file
     ends the readable part at the last event boundary before it."""
     select_loop(loop, monkeypatch, scan, "_compiled_find")
@@ -115,6 +114,6 @@ def test_whole_events_end_is_the_end_of_the_last_whole_event(loop, block_size, m
     with open(path, "rb") as stored:
         for cut in sorted({4, 5, *ends, *(end - 1 for end in ends), *(end + 7 for end in ends[:-1])}):
             expected = max([4, *(end for end in ends if end <= cut)])
-            assert scan.whole_events_end(stored.fileno(), 4, cut, block_size) == expected, cut
+            assert scan.whole_events_end(stored.fileno(), 4, cut) == expected, cut
         # from a boundary other than the first
-        assert scan.whole_events_end(stored.fileno(), ends[3], len(BINLOG), block_size) == len(BINLOG)
+        assert scan.whole_events_end(stored.fileno(), ends[3], len(BINLOG)) == len(BINLOG)
