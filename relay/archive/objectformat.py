@@ -99,7 +99,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import zstandard
@@ -139,6 +139,9 @@ _FOOTER = struct.Struct("<IBI")  # number of frames, descriptor, seekable magic:
 _ENTRY_WITH_CHECKSUM = struct.Struct("<III")
 _ENTRY = struct.Struct("<II")
 _CRC = struct.Struct("<I")
+# Compressed bytes fed to the decoder at a time by decode_frame_to: its pieces of a binlog stay a
+# few hundred KiB that the allocator reuses, where each whole chunk took fresh pages, a fault each.
+_DECODE_STEP = 64 << 10
 _INFO_MIN = _SKIPPABLE_HEADER.size + _INFO_FIXED.size + TAG_SIZE + _CRC.size  # 69: an empty name
 _INFO_MAX = _INFO_MIN + 255
 _TRAILER_NONCE = b"\x00\x00\x00\x01" + bytes(8)
@@ -744,6 +747,47 @@ class ObjectReader:
         """The chunk of frame ``index`` from the frame's stored bytes, verified: its size, the GCM
         tag (encrypted), the zstd frame's content size and checksum against the seek table."""
         frame = self.layout.frames[index]
+        compressed = self._zstd_frame(frame, data)
+        try:
+            # a decompressor per call: they are not thread-safe, and the shell decodes in worker threads
+            chunk = zstandard.ZstdDecompressor().decompress(compressed, max_output_size=frame.decompressed_size,
+                                                  allow_extra_data=False)
+        except zstandard.ZstdError as exc:
+            raise ArchiveDamaged(self._name, f"does not decompress ({exc})", frame) from None
+        if len(chunk) != frame.decompressed_size:
+            raise ArchiveDamaged(self._name, f"decompresses to {len(chunk)} bytes, not {frame.decompressed_size}",
+                                 frame)
+        return chunk
+
+    def decode_frame_to(self, index: int, data: bytes | bytearray | memoryview,
+                        write: Callable[[bytes, int], object]) -> None:
+        """As decode_frame, the chunk handed to ``write(piece, offset in the chunk)`` piece by piece
+        as it is decompressed: what each _DECODE_STEP bytes of the frame give, seldom the whole
+        chunk.  The checks end with the frame: what was written is the chunk only once this
+        returns (ArchiveDamaged may come after some pieces)."""
+        frame = self.layout.frames[index]
+        compressed = memoryview(self._zstd_frame(frame, data))
+        decoder = zstandard.ZstdDecompressor().decompressobj()
+        done = 0
+        try:
+            for start in range(0, len(compressed), _DECODE_STEP):
+                piece = decoder.decompress(compressed[start:start + _DECODE_STEP])
+                if done + len(piece) > frame.decompressed_size:
+                    raise ArchiveDamaged(self._name, f"decompresses to more than {frame.decompressed_size} bytes",
+                                         frame)
+                if piece:
+                    write(piece, done)
+                    done += len(piece)
+        except zstandard.ZstdError as exc:
+            raise ArchiveDamaged(self._name, f"does not decompress ({exc})", frame) from None
+        if done != frame.decompressed_size:
+            raise ArchiveDamaged(self._name, f"decompresses to {done} bytes, not {frame.decompressed_size}", frame)
+        if not decoder.eof or decoder.unused_data:  # its checksum not reached, or bytes after it
+            raise ArchiveDamaged(self._name, "its zstd frame does not end where its bytes do", frame)
+
+    def _zstd_frame(self, frame: FrameEntry, data: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+        """The frame's zstd frame (decrypted), its size, tag, header and checksum checked."""
+        index = frame.index
         if len(data) != frame.compressed_size:
             raise ArchiveDamaged(self._name, f"got {len(data)} bytes, the seek table says {frame.compressed_size} "
                                              "(a short read, or the object is cut short)", frame)
@@ -765,13 +809,4 @@ class ObjectReader:
                                              f"{frame.decompressed_size}", frame)
         if frame.checksum is not None and _CRC.unpack_from(compressed, len(compressed) - 4)[0] != frame.checksum:
             raise ArchiveDamaged(self._name, "its checksum differs from the seek table's", frame)
-        try:
-            # a decompressor per call: they are not thread-safe, and the shell decodes in worker threads
-            chunk = zstandard.ZstdDecompressor().decompress(compressed, max_output_size=frame.decompressed_size,
-                                                  allow_extra_data=False)
-        except zstandard.ZstdError as exc:
-            raise ArchiveDamaged(self._name, f"does not decompress ({exc})", frame) from None
-        if len(chunk) != frame.decompressed_size:
-            raise ArchiveDamaged(self._name, f"decompresses to {len(chunk)} bytes, not {frame.decompressed_size}",
-                                 frame)
-        return chunk
+        return compressed

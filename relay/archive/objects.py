@@ -42,7 +42,7 @@ from .objectformat import (
     ObjectWriter,
     trailer_length,
 )
-from .store import ObjectHead, ObjectMissing, ObjectStore, PutResult
+from .store import ObjectMissing, ObjectStore, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def verify_upload(store: ObjectStore, meta: ObjectMeta, sent: PutResult, keks: I
             raise UploadMismatch(key, f"the store's checksum is {head.checksum}, the bytes sent have "
                                       f"{' or '.join(sorted(sent.checksums))}")
         return "store's checksum"
-    back = _read_back_digest(store, meta, keks, head)
+    back = _read_back_digest(store, meta, keks)
     if (back.size, back.crc32) != (sent.size, sent.crc32):
         raise UploadMismatch(key, f"read back it is {back.size} bytes of CRC32 {back.crc32:08x}, "
                                   f"{sent.size} bytes of {sent.crc32:08x} were sent")
@@ -213,10 +213,10 @@ def _object_frames(path: Path, writer: ObjectWriter, pool: Executor, ahead: int)
     yield writer.finish()
 
 
-def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek], head: ObjectHead) -> _Digest:
+def _read_back_digest(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek]) -> _Digest:
     """Size and CRC32 of the object as the store gives it back, fetched in ranges several at once;
     its trailer is parsed and checked against the meta on the way (open_reader)."""
-    open_reader(store, meta, keks, head)
+    open_reader(store, meta, keks)
     key = object_key(meta.name)
     ranges = [(start, min(start + VERIFY_RANGE, meta.object_size))
               for start in range(0, meta.object_size, VERIFY_RANGE)]
@@ -240,32 +240,39 @@ def _get(store: ObjectStore, key: str, start: int, end: int) -> bytes:
 def read_meta(store: ObjectStore, name: str) -> ObjectMeta:
     """The meta document of the archived file ``name``; ObjectMissing when it has none."""
     key = meta_key(name)
-    head = store.head(key)
-    if head is None:
-        raise ObjectMissing(f"{name} is not in the archive (no {key})")
-    meta = ObjectMeta.from_json(_get(store, key, 0, head.size) if head.size else b"", key)
+    try:
+        document = store.get(key)
+    except ObjectMissing:
+        raise ObjectMissing(f"{name} is not in the archive (no {key})") from None
+    meta = ObjectMeta.from_json(document, key)
     if meta.name != name:
         raise ArchiveDamaged(key, f"it describes {meta.name}, not {name}")
     return meta
 
 
-def open_reader(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek],
-                head: ObjectHead | None = None) -> ObjectReader:
-    """The verified reader of the object ``meta`` describes: its trailer fetched and checked
-    (one ranged GET, a second for a very long seek table), the key unwrapped.  ``head``: the
-    object's, if the caller has just asked for it."""
-    key = object_key(meta.name)
-    head = head or store.head(key)
-    if head is None:
-        raise ArchiveDamaged(key, "its meta document is there, the object is not")
-    if head.size != meta.object_size:
-        raise ArchiveDamaged(key, f"{head.size} bytes, its meta document says {meta.object_size}")
-    probe = min(TRAILER_PROBE, head.size)
-    tail = _get(store, key, head.size - probe, head.size)
-    needed = trailer_length(tail, head.size, key)
+def read_layout(store: ObjectStore, name: str) -> ObjectLayout:
+    """The checked seek table of the object of ``name``: its trailer fetched with the object's
+    size (one GET from the end; a second for a very long seek table)."""
+    key = object_key(name)
+    try:
+        tail, size = store.get_tail(key, TRAILER_PROBE)
+    except ObjectMissing:
+        raise ArchiveDamaged(key, "its meta document is there, the object is not") from None
+    needed = trailer_length(tail, size, key)
     if needed > len(tail):
-        tail = _get(store, key, head.size - needed, head.size)
-    return ObjectReader(ObjectLayout.parse(tail, head.size, key), meta, keks)
+        tail = _get(store, key, size - needed, size)
+    return ObjectLayout.parse(tail, size, key)
+
+
+def open_reader(store: ObjectStore, meta: ObjectMeta, keks: Iterable[Kek],
+                layout: ObjectLayout | None = None) -> ObjectReader:
+    """The verified reader of the object ``meta`` describes: its seek table (``layout``, or read
+    here) checked against the meta, the key unwrapped."""
+    layout = layout or read_layout(store, meta.name)
+    if layout.object_size != meta.object_size:
+        raise ArchiveDamaged(object_key(meta.name), f"{layout.object_size} bytes, its meta document says "
+                                                    f"{meta.object_size}")
+    return ObjectReader(layout, meta, keks)
 
 
 class ArchivedFileReader:
@@ -275,8 +282,12 @@ class ArchivedFileReader:
     def __init__(self, store: ObjectStore, name: str, keks: Iterable[Kek]) -> None:
         self.store = store
         self.name = name
-        self.meta = read_meta(store, name)
-        self._reader = open_reader(store, self.meta, keks)
+        # The meta and the object's trailer at once: two requests in the time of one (a store's
+        # latency, not its bandwidth, is what a first read waits for).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive-open") as pool:
+            layout = pool.submit(read_layout, store, name)
+            self.meta = read_meta(store, name)  # its error first: a file that is not archived at all
+            self._reader = open_reader(store, self.meta, keks, layout.result())
         self._key = object_key(name)
         self._cached: tuple[int, bytes] | None = None  # the last frame decoded: reads are sequential
 
@@ -295,10 +306,10 @@ class ArchivedFileReader:
                 progress: Callable[[int], None] = lambda end: None) -> None:
         """Write the whole file to ``target``: the object in runs of consecutive frames, in order,
         each streamed from one ranged GET (a store's cost is per request, and moto's grows with the
-        object's size), FETCH_CONCURRENCY at once, each frame decoded and written at its place in
-        the file as it arrives.  ``progress(end)``, one call at a time, says that the file's bytes
-        [0, end) are written; ``stop()`` is asked before each frame is written: True ends the copy
-        with FetchStopped."""
+        object's size), FETCH_CONCURRENCY at once, each frame decoded into its place in the file as
+        it arrives (in pieces: a chunk is seldom whole in memory).  ``progress(end)``, one call at
+        a time, says that the file's bytes [0, end) are written; ``stop()`` is asked before each
+        frame: True ends the copy with FetchStopped."""
         frames = self._reader.layout.frames
         runs = _runs(frames, FETCH_CONCURRENCY, FETCH_RUN_BYTES)
         failed = threading.Event()
@@ -330,10 +341,10 @@ class ArchivedFileReader:
         pieces = self.store.get_pieces(self._key, run[0].object_start, sizes)
         try:
             for frame, data in zip(run, pieces, strict=False):  # a short object ends in a short piece
-                chunk = self._reader.decode_frame(frame.index, data)  # a short piece is told as damage
                 if halted():
                     raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
-                os.pwrite(fd, chunk, frame.file_start)
+                # decoded into the copy as it comes (a short piece is told as damage)
+                self._reader.decode_frame_to(frame.index, data, _writer_at(fd, frame.file_start))
                 wrote(frame)
         finally:
             pieces.close()
@@ -349,6 +360,11 @@ class ArchivedFileReader:
         """Frame ``index``, fetched and decoded."""
         frame = self._reader.layout.frames[index]
         return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
+
+
+def _writer_at(fd: int, at: int) -> Callable[[bytes, int], object]:
+    """Writes a frame's pieces, given at their offset in its chunk, at the chunk's place ``at`` in ``fd``."""
+    return lambda piece, offset: os.pwrite(fd, piece, at + offset)
 
 
 class _Prefix:

@@ -183,7 +183,9 @@ class ObjectStore(Protocol):
     """What the archive needs of an object store (names are relative to the store's prefix)."""
 
     def put(self, name: str, chunks: Iterable[bytes | bytearray | memoryview]) -> PutResult: ...
+    def get(self, name: str) -> bytes: ...
     def get_range(self, name: str, start: int, end: int) -> bytes: ...
+    def get_tail(self, name: str, length: int) -> tuple[bytes, int]: ...
     def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]: ...
     def head(self, name: str) -> ObjectHead | None: ...
     def list(self, prefix: str = "") -> Iterator[ListedObject]: ...
@@ -330,17 +332,36 @@ class S3Store:
             parts.close()
         return PutResult(name, parts.size, answer.get("ETag", ""), len(parts.sent), parts.crc32, parts.checksums())
 
+    def get(self, name: str) -> bytes:
+        """The whole object; ObjectMissing when there is none."""
+        return self._get(name, None)[0]
+
     def get_range(self, name: str, start: int, end: int) -> bytes:
         """Bytes ``start..end-1`` of the object (fewer if the object ends before ``end``)."""
         if not 0 <= start < end:
             raise ValueError(f"byte range {start}..{end} of {name}")
+        return self._get(name, f"bytes={start}-{end - 1}")[0]
+
+    def get_tail(self, name: str, length: int) -> tuple[bytes, int]:
+        """The object's last ``length`` bytes (all of it if it is shorter) and its size: one GET,
+        where a HEAD and a ranged GET would wait for each other."""
+        if length < 1:
+            raise ValueError(f"the last {length} bytes of {name}")
+        return self._get(name, f"bytes=-{length}")
+
+    def _get(self, name: str, byte_range: str | None) -> tuple[bytes, int]:
+        """The object's bytes (of ``byte_range``, if given) and the object's whole size."""
         try:
-            answer = self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(name),
-                                             Range=f"bytes={start}-{end - 1}")
+            if byte_range is None:
+                answer = self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(name))
+            else:
+                answer = self._client.get_object(Bucket=self.url.bucket, Key=self.url.key(name), Range=byte_range)
             body: bytes = answer["Body"].read()  # botocore checks it against Content-Length
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "reading", name) from None
-        return body
+        # "bytes 6-9/10"; a store that ignores the range sends the whole object without one
+        whole = answer.get("ContentRange", "").rpartition("/")[2]
+        return body, int(whole) if whole.isdigit() else len(body)
 
     def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]:
         """Consecutive pieces of the object from ``start``, of ``sizes`` bytes each, streamed from

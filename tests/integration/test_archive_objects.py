@@ -24,11 +24,12 @@ from relay.archive.objects import (
     FetchStopped,
     UploadMismatch,
     _runs,
+    meta_key,
     object_key,
     upload,
     verify_upload,
 )
-from relay.archive.store import MIB, PutResult, S3Store
+from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store
 
 if TYPE_CHECKING:
     from tests.support.s3 import S3Server
@@ -132,3 +133,29 @@ def test_a_file_is_fetched_back_in_runs_streamed_at_once(s3_server: S3Server, tm
         ArchivedFileReader(store, source.name, []).copy_to(tmp_path / "damaged")
     assert not isinstance(damaged.value, FetchStopped)
     assert damaged.value.frame == middle.index
+
+
+def test_opening_an_archived_file_tells_what_is_missing(s3_server: S3Server, tmp_path: Path) -> None:
+    """The meta document and the object's trailer are asked for at once: whichever fails, the error
+    says what is wrong with the file, the meta's first (no meta: the file is not archived)."""
+    data = binlog_like(3 * MIB, seed=9)
+    source = tmp_path / "mysql-bin.000004"
+    source.write_bytes(data)
+    store = store_of(s3_server)
+    with pytest.raises(ObjectMissing, match="mysql-bin.000004 is not in the archive"):
+        ArchivedFileReader(store, source.name, [])
+    upload(store, source, source.name, chunk_size=CHUNK)
+    key = f"archive/{object_key(source.name)}"
+    body = s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
+
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=body + b"\0")  # one byte grown
+    with pytest.raises(ArchiveDamaged):
+        ArchivedFileReader(store, source.name, [])
+    s3_server.client().delete_object(Bucket=s3_server.bucket, Key=key)
+    with pytest.raises(ArchiveDamaged, match="its meta document is there, the object is not"):
+        ArchivedFileReader(store, source.name, [])
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=body)
+    assert ArchivedFileReader(store, source.name, []).read(0, len(data)) == data
+    s3_server.client().delete_object(Bucket=s3_server.bucket, Key=f"archive/{meta_key(source.name)}")
+    with pytest.raises(ObjectMissing, match="mysql-bin.000004 is not in the archive"):
+        ArchivedFileReader(store, source.name, [])

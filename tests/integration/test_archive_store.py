@@ -77,6 +77,10 @@ def test_put_get_head_list_delete(s3_server: S3Server) -> None:
     assert store.get_range("mysql-bin.000001.zst", 0, 10) == small[:10]
     assert store.get_range("mysql-bin.000001.zst", 99_990, 100_000) == small[-10:]
     assert store.get_range("mysql-bin.000001.zst", 99_990, 200_000) == small[-10:]  # what there is
+    assert store.get("mysql-bin.000001.zst") == small
+    # the end of an object and its size in one GET; all of it when it is shorter than asked
+    assert store.get_tail("mysql-bin.000001.zst", 10) == (small[-10:], len(small))
+    assert store.get_tail("mysql-bin.000001.zst", 300_000) == (small, len(small))
     store.put("mysql-bin.000001.zst.meta", [b"{}\n"])
     store.put("mysql-bin.000002.zst", [b""])
     assert store.head("mysql-bin.000002.zst") is not None
@@ -89,9 +93,11 @@ def test_put_get_head_list_delete(s3_server: S3Server) -> None:
     store.delete("mysql-bin.000001.zst")
     assert store.head("mysql-bin.000001.zst") is None
     store.delete("mysql-bin.000001.zst")  # again: no error, as S3 answers
-    with pytest.raises(ObjectMissing, match="mysql-bin.000001.zst: no such object") as missing:
-        store.get_range("mysql-bin.000001.zst", 0, 10)
-    assert isinstance(missing.value, Refusal)
+    for read in (lambda: store.get_range("mysql-bin.000001.zst", 0, 10), lambda: store.get("mysql-bin.000001.zst"),
+                 lambda: store.get_tail("mysql-bin.000001.zst", 10)):
+        with pytest.raises(ObjectMissing, match="mysql-bin.000001.zst: no such object") as missing:
+            read()
+        assert isinstance(missing.value, Refusal)
 
 
 def test_multipart_put(s3_server: S3Server) -> None:

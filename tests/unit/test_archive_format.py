@@ -80,9 +80,29 @@ def read(reader: ObjectReader, obj: bytes, offset: int, length: int) -> bytes:
     """File bytes [offset, offset+length) through frames_for and decode_frame, one GET per frame."""
     out = []
     for frame in reader.layout.frames_for(offset, length):
-        chunk = reader.decode_frame(frame.index, obj[frame.object_start:frame.object_end])
+        chunk = decode(reader, frame.index, obj[frame.object_start:frame.object_end])
         out.append(frame.piece(chunk, offset, length))
     return b"".join(out)
+
+
+def decode(reader: ObjectReader, index: int, data: bytes) -> bytes:
+    """decode_frame's chunk, and decode_frame_to agreeing with it: the same bytes in order, or the
+    same kind of error."""
+    streamed = bytearray()
+
+    def write(piece: bytes, offset: int) -> None:
+        assert offset == len(streamed)
+        streamed.extend(piece)
+
+    try:
+        chunk = reader.decode_frame(index, data)
+    except ArchiveError as exc:
+        with pytest.raises(type(exc)):
+            reader.decode_frame_to(index, data, write)
+        raise
+    reader.decode_frame_to(index, data, write)
+    assert streamed == chunk
+    return chunk
 
 
 def read_all(obj: bytes, meta: ObjectMeta | None, keks: Sequence[Kek] = ()) -> bytes:
@@ -125,6 +145,25 @@ def test_default_chunk_size(kek: Kek | None) -> None:
     reader = open_object(obj, meta, keks_for(kek))
     assert read(reader, obj, DEFAULT_CHUNK_SIZE - 10, 20) == data[DEFAULT_CHUNK_SIZE - 10:DEFAULT_CHUNK_SIZE + 10]
     assert read(reader, obj, 0, len(data)) == data
+
+
+def test_a_chunk_is_decoded_into_its_place_in_pieces() -> None:
+    """decode_frame_to hands a 4 MiB chunk over in pieces (what the fetch writes into the copy
+    without holding the chunk), which make up the chunk exactly."""
+    data = binlog_like(DEFAULT_CHUNK_SIZE)
+    obj, meta = archive(data, chunk_size=DEFAULT_CHUNK_SIZE, piece=DEFAULT_CHUNK_SIZE)
+    reader = open_object(obj, meta)
+    frame = reader.layout.frames[0]
+    copy = bytearray(len(data))
+    sizes = []
+
+    def write(piece: bytes, offset: int) -> None:
+        copy[offset:offset + len(piece)] = piece
+        sizes.append(len(piece))
+
+    reader.decode_frame_to(0, obj[frame.object_start:frame.object_end], write)
+    assert copy == data and sum(sizes) == len(data)
+    assert len(sizes) > 8 and max(sizes) <= DEFAULT_CHUNK_SIZE // 8
 
 
 def test_a_frame_leaves_as_soon_as_its_chunk_is_full() -> None:
