@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import collections
 import datetime as dt
+import itertools
 import re
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -283,25 +284,27 @@ class S3Store:
         ``abort_stale_uploads``, and the key shows no object (or still the previous one)."""
         key = self.url.key(name)
         source = iter(chunks)
-        buffer = bytearray()
+        held: list[bytes | bytearray | memoryview] = []
+        size = 0
         for chunk in source:
-            buffer += chunk
-            if len(buffer) > self.config.multipart_threshold:
-                return self._put_multipart(name, key, buffer, source)
-        crc32 = zlib.crc32(buffer)
+            held.append(chunk)
+            size += len(chunk)
+            if size > self.config.multipart_threshold:
+                return self._put_multipart(name, key, itertools.chain(held, source))
+        body = b"".join(held)
+        crc32 = zlib.crc32(body)
         try:
             if self._checksums:
-                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer),
+                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=body,
                                                  ChecksumAlgorithm="CRC32", ChecksumCRC32=_base64(crc32))
             else:
-                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=bytes(buffer))
+                answer = self._client.put_object(Bucket=self.url.bucket, Key=key, Body=body)
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "storing", name) from None
-        return PutResult(name, len(buffer), answer.get("ETag", ""), 0, crc32,
+        return PutResult(name, len(body), answer.get("ETag", ""), 0, crc32,
                          frozenset({_checksum_text(crc32)}) if self._checksums else frozenset())
 
-    def _put_multipart(self, name: str, key: str, buffer: bytearray,
-                       source: Iterator[bytes | bytearray | memoryview]) -> PutResult:
+    def _put_multipart(self, name: str, key: str, source: Iterator[bytes | bytearray | memoryview]) -> PutResult:
         try:
             if self._checksums:
                 started = self._client.create_multipart_upload(Bucket=self.url.bucket, Key=key,
@@ -313,7 +316,7 @@ class S3Store:
             raise self._error(exc, "starting the upload of", name) from None
         parts = _PartUploads(self._client, self.url.bucket, key, upload_id, self.config, self._checksums)
         try:
-            for body in _parts(buffer, source, self.config.part_size):
+            for body in _parts(source, self.config.part_size):
                 parts.send(body)
             answer = self._client.complete_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id,
                                                             MultipartUpload={"Parts": parts.completed()})
@@ -480,21 +483,21 @@ class S3Store:
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {self._secrets.scrub(str(exc))}; {_LATER}")
 
 
-def _parts(buffer: bytearray, source: Iterator[bytes | bytearray | memoryview], part_size: int) -> Iterator[bytes]:
-    """The bodies of a multipart upload: ``buffer`` then ``source`` cut into parts of ``part_size``,
+def _parts(source: Iterator[bytes | bytearray | memoryview], part_size: int) -> Iterator[bytes]:
+    """The bodies of a multipart upload: ``source``'s chunks joined into parts of at least
+    ``part_size`` bytes (a part ends with the chunk that fills it, so each byte is copied once),
     the last one shorter (or the only one, empty, for an empty source)."""
+    pending: list[bytes | bytearray | memoryview] = []
+    size = 0
     sent = False
-    while True:
-        while len(buffer) >= part_size:
-            yield bytes(buffer[:part_size])
-            del buffer[:part_size]
-            sent = True
-        chunk = next(source, None)
-        if chunk is None:
-            break
-        buffer += chunk
-    if buffer or not sent:
-        yield bytes(buffer)
+    for chunk in source:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= part_size:
+            yield b"".join(pending)
+            pending, size, sent = [], 0, True
+    if pending or not sent:
+        yield b"".join(pending)
 
 
 class _PartUploads:
