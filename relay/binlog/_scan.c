@@ -32,13 +32,18 @@
  *   are passed over, not framed: what a primary leaves out for this replica (annotations
  *   it did not ask for).  last: the offset of the last event framed.
  *
- * check(block, pos, size, offset, crc_on, take) -> pos
+ * check(block, pos, size, offset, crc_on, kinds, state) -> (pos, state, group_end, group_last)
  *   Import and archive checks (storage/importer.check_file): passes over the whole events of
- *   block[pos:size] (the first stored at file offset `offset`) of the types marked in take
- *   (256 bytes) whose end position (log_pos) is their offset plus their length (mod 2^32)
- *   and, with crc_on, whose CRC32 is good; stops before any other event, a partial one, or
- *   one failing a check, which the Python loop then checks and reports itself.  Returns
- *   where it stopped.  The CRCs are computed without the GIL.
+ *   block[pos:size] (the first stored at file offset `offset`) whose end position (log_pos) is
+ *   their offset plus their length (mod 2^32) and, with crc_on, whose CRC32 is good, keeping
+ *   binlog/groups.py's GroupTracker state as it goes, for the types whose kinds (256 bytes) say
+ *   how: KIND_OTHER (leaves a group as it is; outside one, loose statement parts begin), an XID
+ *   or other closer (ends the group), a MariaDB GTID (opens a transaction, or a standalone
+ *   group by its FL_STANDALONE flag), a MySQL GTID.  Stops before any other event (KIND_STOP:
+ *   queries, FORMAT_DESCRIPTION, ROTATE...), a partial one, or one failing a check, which the
+ *   Python loop then checks and reports itself.  Returns where it stopped, the state, and the
+ *   file offsets where the last group it saw end ends and where its last event starts (-1, -1:
+ *   none ended).  The CRCs are computed without the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -405,21 +410,28 @@ static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nO)", pos, found ? Py_True : Py_False);
 }
 
+/* check()'s kinds, and binlog/groups.py's states (storage/importer.py passes both as they are here) */
+enum { KIND_STOP, KIND_OTHER, KIND_CLOSER, KIND_MARIADB_GTID, KIND_MYSQL_GTID };
+enum { STATE_OUTSIDE, STATE_AFTER_MYSQL_GTID, STATE_IN_TRANSACTION, STATE_STANDALONE, STATE_LOOSE };
+#define GTID_FLAGS2 (EVENT_HEADER + 12)  /* a MariaDB GTID event's flags byte */
+#define FL_STANDALONE 1
+
 static PyObject *check(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (!takes("check", 6, nargs))
+    if (!takes("check", 7, nargs))
         return NULL;
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
     long long offset = PyLong_AsLongLong(args[3]);
     int crc_on = PyObject_IsTrue(args[4]);
+    long state = PyLong_AsLong(args[6]);
     if (PyErr_Occurred() || crc_on < 0)
         return NULL;
     if (!PyBytes_Check(args[5]) || PyBytes_GET_SIZE(args[5]) != 256) {
-        PyErr_SetString(PyExc_TypeError, "check(): take must be 256 bytes");
+        PyErr_SetString(PyExc_TypeError, "check(): kinds must be 256 bytes");
         return NULL;
     }
-    const unsigned char *take = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    const unsigned char *kinds = (const unsigned char *)PyBytes_AS_STRING(args[5]);
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -428,21 +440,41 @@ static PyObject *check(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         size = view.len;
     if (pos < 0)
         pos = 0;
+    long long file_at = offset, group_end = -1, group_last = -1;
     uint32_t at = (uint32_t)offset;  /* the file offset of block[pos], mod 2^32 as log_pos is */
     Py_BEGIN_ALLOW_THREADS
     while (size - pos >= EVENT_HEADER) {
         const unsigned char *event = block + pos;
         uint32_t length = le32(event + 9);
-        if (length < EVENT_HEADER || length > (uint64_t)(size - pos) || !take[event[4]]
+        int kind = kinds[event[4]];
+        if (length < EVENT_HEADER || length > (uint64_t)(size - pos) || kind == KIND_STOP
+                || (kind == KIND_MARIADB_GTID && length <= GTID_FLAGS2)
                 || (uint32_t)(le32(event + 13) - length) != at
                 || (crc_on && (length < EVENT_HEADER + 4 || crc32_from(0, event, length) != CRC_RESIDUE)))
             break;
+        switch (kind) {
+        case KIND_CLOSER:
+            state = STATE_OUTSIDE;
+            group_last = file_at;
+            group_end = file_at + length;
+            break;
+        case KIND_MARIADB_GTID:
+            state = event[GTID_FLAGS2] & FL_STANDALONE ? STATE_STANDALONE : STATE_IN_TRANSACTION;
+            break;
+        case KIND_MYSQL_GTID:
+            state = STATE_AFTER_MYSQL_GTID;
+            break;
+        default:
+            if (state == STATE_OUTSIDE)
+                state = STATE_LOOSE;
+        }
         pos += length;
         at += length;
+        file_at += length;
     }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(pos);
+    return Py_BuildValue("(nlLL)", pos, state, group_end, group_last);
 }
 
 static PyObject *crc32_py(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -942,7 +974,8 @@ static PyMethodDef scan_methods[] = {
     {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL,
      "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
     {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,
-     "check(block, pos, size, offset, crc_on, take) -> pos: past the whole, sound events of the types in take"},
+     "check(block, pos, size, offset, crc_on, kinds, state) -> (pos, state, group_end, group_last): past the "
+     "whole, sound events whose kind it knows, keeping the group state"},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL,
      "crc32(data, value=0) -> int, the same value as zlib.crc32(data, value)"},
     {"span_walker", (PyCFunction)span_walker_new, METH_NOARGS, "span_walker() -> a new span walker (bytearray)"},

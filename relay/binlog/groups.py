@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import events as ev
 
+# The states are numbered as relay/binlog/_scan.c's check() keeps them.
 _OUTSIDE = 0
 _AFTER_MYSQL_GTID = 1  # MySQL GTID seen: BEGIN opens a transaction, any other query is DDL
 _IN_TRANSACTION = 2
@@ -20,11 +21,11 @@ _NEUTRAL = frozenset({
     ev.HEARTBEAT_LOG_EVENT_V2, ev.PREVIOUS_GTIDS_LOG_EVENT, ev.GTID_LIST_EVENT,
     ev.BINLOG_CHECKPOINT_EVENT, ev.START_ENCRYPTION_EVENT, ev.START_EVENT_V3,
 })
-_CLOSERS = frozenset({ev.XA_PREPARE_LOG_EVENT, ev.TRANSACTION_PAYLOAD_EVENT, ev.INCIDENT_EVENT})
-_MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
+CLOSERS = frozenset({ev.XA_PREPARE_LOG_EVENT, ev.TRANSACTION_PAYLOAD_EVENT, ev.INCIDENT_EVENT})
+MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
 
 # Every type ends_group looks at; any other event inside a group leaves the state as it is.
-STATE_TYPES = _NEUTRAL | _CLOSERS | _MYSQL_GTIDS | {ev.QUERY_EVENT, ev.XID_EVENT, ev.GTID_EVENT,
+STATE_TYPES = _NEUTRAL | CLOSERS | MYSQL_GTIDS | {ev.QUERY_EVENT, ev.XID_EVENT, ev.GTID_EVENT,
                                                     ev.QUERY_COMPRESSED_EVENT}
 
 _OPENERS = (b"BEGIN", b"XA START", b"XA BEGIN")
@@ -59,14 +60,14 @@ class GroupTracker:
             return self.state == _OUTSIDE
         if event_type == ev.QUERY_EVENT:
             return self._on_query(_query_head(event))
-        if event_type == ev.XID_EVENT or event_type in _CLOSERS:
+        if event_type == ev.XID_EVENT or event_type in CLOSERS:
             self.state = _OUTSIDE
             return True
         if event_type == ev.GTID_EVENT:
             flags2 = event[ev.HEADER_LEN + 12]
             self.state = _STANDALONE if flags2 & ev.FL_STANDALONE else _IN_TRANSACTION
             return False
-        if event_type in _MYSQL_GTIDS:
+        if event_type in MYSQL_GTIDS:
             self.state = _AFTER_MYSQL_GTID
             return False
         if event_type == ev.QUERY_COMPRESSED_EVENT:

@@ -53,6 +53,7 @@ from typing import Any, NamedTuple, Never
 import zstandard
 
 from ..binlog import events as ev
+from ..binlog.groups import MYSQL_GTIDS
 from ..errors import InputError
 from ..gtid.mysqlgtid import gtid_of_event
 from . import coltypes as ct
@@ -250,7 +251,6 @@ _NEUTRAL = frozenset({
     ev.PREVIOUS_GTIDS_LOG_EVENT, ev.GTID_LIST_EVENT, ev.BINLOG_CHECKPOINT_EVENT, ev.START_EVENT_V3,
     ev.INTVAR_EVENT, ev.RAND_EVENT, ev.USER_VAR_EVENT, ev.IGNORABLE_LOG_EVENT, ev.UNKNOWN_EVENT,
 })
-_MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID_TAGGED_LOG_EVENT})
 _IN_GROUP = ROWS_EVENT_TYPES | {ev.TABLE_MAP_EVENT, ev.ANNOTATE_ROWS_EVENT, ev.ROWS_QUERY_LOG_EVENT}
 _BUFFERED = ROWS_EVENT_TYPES | {ev.TABLE_MAP_EVENT, ev.ANNOTATE_ROWS_EVENT, ev.ROWS_QUERY_LOG_EVENT,
                                 ev.QUERY_EVENT, ev.QUERY_COMPRESSED_EVENT}
@@ -329,7 +329,7 @@ class ChangeDecoder:
                 self._state = _IN_TRANSACTION
                 self._group = _Group(gtid, offset, server_id, skip, _IN_TRANSACTION, _header_time(event))
             return NO_CHANGES
-        if etype in _MYSQL_GTIDS:
+        if etype in MYSQL_GTIDS:
             self._drop_group()
             self._state = _AFTER_MYSQL_GTID
             self._pending = (_mysql_gtid(event, etype), offset, False, _header_time(event))

@@ -44,9 +44,15 @@ try:
 except ImportError:  # built without the C module: every event goes through the Python loop
     _compiled_check = None
 
-# Inside a group, the events that never change the group state (GroupTracker.ends_group: all
-# but these types) need only their position and CRC32 checked, which the C loop does.
-_PASSED_OVER = bytes(t not in groups.STATE_TYPES for t in range(256))
+# What the C loop (_scan.c check) does with each event type: the events of a transaction need only
+# their position and CRC32 checked and the group state kept, which it does; any other event (a query,
+# FORMAT_DESCRIPTION, ROTATE...) it leaves to the Python loop.
+_KIND_STOP, _KIND_OTHER, _KIND_CLOSER, _KIND_MARIADB_GTID, _KIND_MYSQL_GTID = range(5)
+_C_KINDS = bytes(_KIND_CLOSER if t == ev.XID_EVENT or t in groups.CLOSERS
+                 else _KIND_MARIADB_GTID if t == ev.GTID_EVENT
+                 else _KIND_MYSQL_GTID if t in groups.MYSQL_GTIDS
+                 else _KIND_STOP if t in groups.STATE_TYPES
+                 else _KIND_OTHER for t in range(256))
 _TMP_PREFIX = ".import-"
 _NUMBERED = re.compile(r"^(.*)\.([0-9]+)$")
 _U32 = 0xFFFFFFFF
@@ -93,14 +99,16 @@ def check_file(path: Path, name: str | None = None) -> CheckedFile:
         group_end, last_start = 4, 4
 
         def pass_over(block: memoryview, pos: int, offset: int) -> int:
-            """The events inside a group that cannot end it, checked in C (see _PASSED_OVER)."""
-            nonlocal expected
-            if _compiled_check is None or fde is None or not tracker.inside_group or next_file or stopped:
+            """The events of transactions, checked in C (see _C_KINDS)."""
+            nonlocal expected, group_end, last_start
+            if _compiled_check is None or fde is None or next_file or stopped:
                 return pos
-            passed = int(_compiled_check(block, pos, len(block), offset, fde.checksum_alg == ev.CHECKSUM_CRC32,
-                                         _PASSED_OVER))
+            passed, tracker.state, ended, last = _compiled_check(
+                block, pos, len(block), offset, fde.checksum_alg == ev.CHECKSUM_CRC32, _C_KINDS, tracker.state)
+            if ended >= 0:
+                group_end, last_start = ended, last
             expected += passed - pos
-            return passed
+            return int(passed)
 
         for offset, event in iter_events(stream, 4, size, pass_over=pass_over):
             if offset != expected:  # iter_events never skips; kept as a guard on its contract

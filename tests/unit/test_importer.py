@@ -297,6 +297,28 @@ def test_the_c_loop_and_the_python_loop_learn_the_same(path, monkeypatch):
     assert check_file(path) == with_c
 
 
+def test_the_c_loop_walks_whole_transactions() -> None:
+    """From a MariaDB GTID through its rows events to the XID, and on into the next transaction:
+    the C loop keeps the group state and says where the group ended; it stops at a query."""
+    import relay.storage.importer as importer
+    from relay.binlog import events as ev
+
+    data = MARIADB.read_bytes()
+    events = file_events(data)
+    names = [ev.event_name(event[4]) for _, event in events]
+    first = names.index("xid") - 4  # its GTID: gtid, annotate_rows, table_map, write_rows, xid
+    assert names[first:first + 6] == ["mariadb_gtid", "annotate_rows", "table_map", "write_rows_v1", "xid",
+                                      "mariadb_gtid"]
+    start = events[first][0]
+    xid_at, xid = events[first + 4]
+    stop_at = events[first + 9][0]  # the next transaction's COMMIT query (after gtid, annotate, map, rows)
+    assert names[first + 9] == "query"
+    passed, state, group_end, group_last = importer._compiled_check(
+        memoryview(data), start, len(data), start, True, importer._C_KINDS, 0)
+    assert (passed, group_end, group_last) == (stop_at, xid_at + len(xid), xid_at)
+    assert state == 2  # inside the next transaction (groups._IN_TRANSACTION)
+
+
 @pytest.mark.parametrize("python_only", [False, True], ids=["C", "Python"])
 def test_an_event_inside_a_group_at_the_wrong_position_is_refused(tmp_path, monkeypatch, python_only):
     if python_only:
