@@ -307,8 +307,9 @@ class ArchivedFileReader:
         """Write the whole file to ``target``: the object in runs of consecutive frames, in order,
         each streamed from one ranged GET (a store's cost is per request, and moto's grows with the
         object's size), FETCH_CONCURRENCY at once, each frame decoded into its place in the file as
-        it arrives (in pieces: a chunk is seldom whole in memory).  ``progress(end)``, one call at
-        a time, says that the file's bytes [0, end) are written; ``stop()`` is asked before each
+        it arrives (in pieces: a chunk is seldom whole in memory); ``target`` has the file's size
+        from the start, its holes filled as frames arrive.  ``progress(end)``, one call at a time,
+        says that the file's bytes [0, end) are written; ``stop()`` is asked before each
         frame: True ends the copy with FetchStopped."""
         frames = self._reader.layout.frames
         runs = _runs(frames, FETCH_CONCURRENCY, FETCH_RUN_BYTES)
@@ -327,6 +328,7 @@ class ArchivedFileReader:
 
         with open(target, "wb") as out, ThreadPoolExecutor(max_workers=FETCH_CONCURRENCY,
                                                             thread_name_prefix="archive-fetch") as pool:
+            os.ftruncate(out.fileno(), self.size)  # a reader of the growing copy maps it once
             outcomes = [pool.submit(fetch, run) for run in runs]
             errors = [error for error in (outcome.exception() for outcome in outcomes) if error is not None]
         # a run's own failure rather than another's FetchStopped that it caused

@@ -140,13 +140,12 @@ class TailReader:
             opened, self._opened = self._opened, None
             return opened
         # a finished file's end is its size when it was mapped (a stat per block cost a tenth)
-        if self._map is not None:
-            end = len(self._map)
-        elif self._copy is not None:
+        if self._copy is not None:
             end = self._copy.end()
-            if self._copy.complete:  # fetched whole meanwhile: read as any finished file
+            if self._copy.complete:  # fetched whole meanwhile: its mapping holds it all
                 self._copy = None
-                self._map_file()
+        elif self._map is not None:
+            end = len(self._map)
         else:
             end = self.relay_log.file_end(self.file)
         if self.position < end:
@@ -263,7 +262,9 @@ class TailReader:
             raise StoredFileDamaged("event read from binlog did not pass crc check", file, 4)
         self._opened = FileStart(file, position, fde, first)
         self.file = file
-        if file != self.relay_log.files[-1] and self._copy is None:  # finished: its bytes no longer change
+        # A finished file's bytes no longer change, nor do those of a copy up to its end (the copy has
+        # its whole size from the start, ArchivedFileReader.copy_to): both are read through a mapping.
+        if file != self.relay_log.files[-1]:
             self._map_file()
         self.position = max(position, 4 + len(fde)) if position == 4 else position
 
