@@ -6,6 +6,7 @@ is uploaded once the store is back."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import threading
@@ -270,6 +271,12 @@ def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_f
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 
+def _in_hole(path: Path, offset: int) -> bool:
+    """Whether byte ``offset`` of the file is in a hole (not written yet)."""
+    with open(path, "rb") as stream:
+        return os.lseek(stream.fileno(), offset, os.SEEK_HOLE) == offset
+
+
 def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, relay_factory, s3_server, tmp_path):
     """A file only the archive holds is served as it comes back: the client has its first events
     while the rest is still on its way (the store slowed down), and the whole file in the end."""
@@ -290,9 +297,7 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
     out = tmp_path / "raw"
     out.mkdir()
     events = list(split_events(original[4:]))
-    # an event's start near the end of the file: the last run of frames gets there last
-    late = len(events) * 97 // 100
-    late_start = 4 + sum(event.length for event in events[:late])
+    starts = list(itertools.accumulate((event.length for event in events), initial=4))[:-1]
     from_late: list[Any] = []
     s3_server.proxy.slow(1 << 20)
     try:
@@ -305,7 +310,15 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
         # the client has events of the file while its fetch is not done
         assert list((relay.data_dir / "archive-cache").glob(f"{big}.*.part"))
         assert f"{big} fetched back" not in relay.log_text()
-        # a dump from near the end of the file, while it is still fetched, starts there once it is fetched that far
+        # a dump from an event the copy does not hold yet (in its last hole: the last run of frames is under
+        # way there), while it is still fetched, starts there once it is fetched that far
+        partial = next((relay.data_dir / "archive-cache").glob(f"{big}.*.part"))
+        assert partial.stat().st_size == len(original)  # its whole size from the start, holes where not fetched
+        in_hole = [_in_hole(partial, start) for start in starts]
+        late = max(index for index, hole in enumerate(in_hole) if hole)
+        while late > 0 and in_hole[late - 1]:  # the first event of that hole
+            late -= 1
+        late_start = starts[late]
         reader = threading.Thread(target=lambda: from_late.extend(dump_events(relay.port, big, late_start, 78)))
         reader.start()
     finally:
