@@ -280,9 +280,10 @@ class S3Store:
     def put(self, name: str, chunks: Iterable[bytes | bytearray | memoryview]) -> PutResult:
         """Store the concatenation of ``chunks`` at ``name``, holding at most about two parts in
         memory; a chunk is kept as given until its part is cut (copied once, then), so a caller
-        must not change a buffer it has handed over.  Above ``multipart_threshold`` bytes it is a multipart upload, aborted if anything
-        fails here; if the process dies instead, the incomplete upload stays until
-        ``abort_stale_uploads``, and the key shows no object (or still the previous one)."""
+        must not change a buffer it has handed over.  Above ``multipart_threshold`` bytes it is a
+        multipart upload, aborted if anything fails here; if the process dies instead, the
+        incomplete upload stays until ``abort_stale_uploads``, and the key shows no object (or
+        still the previous one)."""
         key = self.url.key(name)
         source = iter(chunks)
         held: list[bytes | bytearray | memoryview] = []
