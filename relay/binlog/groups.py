@@ -28,6 +28,15 @@ MYSQL_GTIDS = frozenset({ev.GTID_LOG_EVENT, ev.ANONYMOUS_GTID_LOG_EVENT, ev.GTID
 STATE_TYPES = _NEUTRAL | CLOSERS | MYSQL_GTIDS | {ev.QUERY_EVENT, ev.XID_EVENT, ev.GTID_EVENT,
                                                     ev.QUERY_COMPRESSED_EVENT}
 
+# What _scan.c's check() does with each event type while it keeps the state above (the Python loop
+# of storage/importer.py takes every KIND_STOP event): the events of a transaction it walks itself.
+KIND_STOP, KIND_OTHER, KIND_CLOSER, KIND_MARIADB_GTID, KIND_MYSQL_GTID = range(5)
+CHECK_KINDS = bytes(KIND_CLOSER if t == ev.XID_EVENT or t in CLOSERS
+                       else KIND_MARIADB_GTID if t == ev.GTID_EVENT
+                       else KIND_MYSQL_GTID if t in MYSQL_GTIDS
+                       else KIND_STOP if t in STATE_TYPES
+                       else KIND_OTHER for t in range(256))
+
 _OPENERS = (b"BEGIN", b"XA START", b"XA BEGIN")
 _ENDERS = (b"COMMIT", b"ROLLBACK", b"XA COMMIT", b"XA ROLLBACK")
 

@@ -44,15 +44,6 @@ try:
 except ImportError:  # built without the C module: every event goes through the Python loop
     _compiled_check = None
 
-# What the C loop (_scan.c check) does with each event type: the events of a transaction need only
-# their position and CRC32 checked and the group state kept, which it does; any other event (a query,
-# FORMAT_DESCRIPTION, ROTATE...) it leaves to the Python loop.
-_KIND_STOP, _KIND_OTHER, _KIND_CLOSER, _KIND_MARIADB_GTID, _KIND_MYSQL_GTID = range(5)
-_C_KINDS = bytes(_KIND_CLOSER if t == ev.XID_EVENT or t in groups.CLOSERS
-                 else _KIND_MARIADB_GTID if t == ev.GTID_EVENT
-                 else _KIND_MYSQL_GTID if t in groups.MYSQL_GTIDS
-                 else _KIND_STOP if t in groups.STATE_TYPES
-                 else _KIND_OTHER for t in range(256))
 _TMP_PREFIX = ".import-"
 _NUMBERED = re.compile(r"^(.*)\.([0-9]+)$")
 _U32 = 0xFFFFFFFF
@@ -99,12 +90,13 @@ def check_file(path: Path, name: str | None = None) -> CheckedFile:
         group_end, last_start = 4, 4
 
         def pass_over(block: memoryview, pos: int, offset: int) -> int:
-            """The events of transactions, checked in C (see _C_KINDS)."""
+            """The events of transactions, checked in C (see groups.CHECK_KINDS)."""
             nonlocal expected, group_end, last_start
             if _compiled_check is None or fde is None or next_file or stopped:
                 return pos
             passed, tracker.state, ended, last = _compiled_check(
-                block, pos, len(block), offset, fde.checksum_alg == ev.CHECKSUM_CRC32, _C_KINDS, tracker.state)
+                block, pos, len(block), offset, fde.checksum_alg == ev.CHECKSUM_CRC32, groups.CHECK_KINDS,
+                tracker.state)
             if ended >= 0:
                 group_end, last_start = ended, last
             expected += passed - pos

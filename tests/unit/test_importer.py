@@ -302,6 +302,7 @@ def test_the_c_loop_walks_whole_transactions() -> None:
     the C loop keeps the group state and says where the group ended; it stops at a query."""
     import relay.storage.importer as importer
     from relay.binlog import events as ev
+    from relay.binlog import groups
 
     data = MARIADB.read_bytes()
     events = file_events(data)
@@ -314,9 +315,9 @@ def test_the_c_loop_walks_whole_transactions() -> None:
     stop_at = events[first + 9][0]  # the next transaction's COMMIT query (after gtid, annotate, map, rows)
     assert names[first + 9] == "query"
     passed, state, group_end, group_last = importer._compiled_check(
-        memoryview(data), start, len(data), start, True, importer._C_KINDS, 0)
+        memoryview(data), start, len(data), start, True, groups.CHECK_KINDS, groups._OUTSIDE)
     assert (passed, group_end, group_last) == (stop_at, xid_at + len(xid), xid_at)
-    assert state == 2  # inside the next transaction (groups._IN_TRANSACTION)
+    assert state == groups._IN_TRANSACTION  # inside the next transaction
 
 
 @pytest.mark.parametrize("python_only", [False, True], ids=["C", "Python"])
