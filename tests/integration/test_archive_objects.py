@@ -136,8 +136,9 @@ def test_a_file_is_fetched_back_in_runs_streamed_at_once(s3_server: S3Server, tm
 
 
 def test_opening_an_archived_file_tells_what_is_missing(s3_server: S3Server, tmp_path: Path) -> None:
-    """The meta document and the object's trailer are asked for at once: whichever fails, the error
-    says what is wrong with the file, the meta's first (no meta: the file is not archived)."""
+    """The meta document and the object's trailer are asked for at once (two requests in flight
+    together at the store's door): whichever fails, the error says what is wrong with the file, the
+    meta's first (no meta: the file is not archived)."""
     data = binlog_like(3 * MIB, seed=9)
     source = tmp_path / "mysql-bin.000004"
     source.write_bytes(data)
@@ -155,7 +156,9 @@ def test_opening_an_archived_file_tells_what_is_missing(s3_server: S3Server, tmp
     with pytest.raises(ArchiveDamaged, match="its meta document is there, the object is not"):
         ArchivedFileReader(store, source.name, [])
     s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=body)
+    s3_server.proxy.hold_requests(together=2, deadline=10.0)  # one after the other: never two held
     assert ArchivedFileReader(store, source.name, []).read(0, len(data)) == data
+    assert s3_server.proxy.most_held == 2, "the meta and the object's end were not asked for at once"
     s3_server.client().delete_object(Bucket=s3_server.bucket, Key=f"archive/{meta_key(source.name)}")
     with pytest.raises(ObjectMissing, match="mysql-bin.000004 is not in the archive"):
         ArchivedFileReader(store, source.name, [])

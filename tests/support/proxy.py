@@ -53,6 +53,8 @@ class CuttableProxy:
                     break
                 while self.frozen.is_set() and not self._closed:
                     self.frozen.wait(0.05)  # a silent network: bytes neither pass nor fail
+                if not from_primary:
+                    self._before_request()
                 sink.sendall(data)
                 forwarded += len(data)
                 rate = self.rate if from_primary else None
@@ -70,6 +72,9 @@ class CuttableProxy:
             except OSError:
                 pass
             sock.close()
+
+    def _before_request(self) -> None:
+        """Called with every piece a client sends, before it goes on (a subclass may hold it)."""
 
     def close(self) -> None:
         self._closed = True

@@ -51,6 +51,11 @@ START_TIMEOUT = 30.0
 class StoreProxy(CuttableProxy):
     """The forwarder of tests/support/proxy.py, with the store's two ways of being down."""
 
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__(upstream_port)
+        self._gate: threading.Condition | None = None
+        self.most_held = 0
+
     def refuse(self) -> None:
         """Close the port and every connection through it: the next connect is refused."""
         try:  # shutdown wakes the thread blocked in accept(); close alone would leave it listening
@@ -76,6 +81,31 @@ class StoreProxy(CuttableProxy):
     def heal(self) -> None:
         self.frozen.clear()
         self.rate = None
+
+    def hold_requests(self, together: int, deadline: float) -> None:
+        """From now, what clients send waits until ``together`` requests wait at once, or for
+        ``deadline`` seconds; then everything passes.  ``most_held`` is the most that waited
+        together: requests made one after the other never wait two at a time."""
+        self._gate = threading.Condition()
+        self._held = 0
+        self._together = together
+        self._gate_deadline = deadline
+        self._gate_open = False
+        self.most_held = 0
+
+    def _before_request(self) -> None:
+        gate = self._gate
+        if gate is None:
+            return
+        with gate:
+            if self._gate_open:
+                return
+            self._held += 1
+            self.most_held = max(self.most_held, self._held)
+            gate.notify_all()
+            gate.wait_for(lambda: self._gate_open or self._held >= self._together, self._gate_deadline)
+            self._gate_open = True
+            gate.notify_all()
 
     def drop_connections(self) -> None:
         """Shut down the open connections (a pump blocked in recv wakes only on shutdown)."""
