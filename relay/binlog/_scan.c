@@ -24,13 +24,15 @@
  *
  * crc32(data, value=0) -> zlib.crc32's value, by carry-less multiplication where the CPU has it.
  *
- * frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)
+ * frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out, out) -> (length, used, events, last, seq)
  *   Serve (outbound.frame_block): the whole stored events at the start of block[:size] as
- *   dump packets (u24 length, sequence id, 00, event), stopping before an event of 16 MB or
- *   more, a partial one, or a group start (group_starts: 256 bytes, 1 per type) written by
- *   server stop_at_origin (-1: none).  Events of the types marked in leave_out (256 bytes)
- *   are passed over, not framed: what a primary leaves out for this replica (annotations
- *   it did not ask for).  last: the offset of the last event framed.
+ *   dump packets (u24 length, sequence id, 00, event) written to the start of out (a writable
+ *   buffer the dump reuses: a fresh object per block made the relay's heap grow with its
+ *   clients), stopping before an event of 16 MB or more, a partial one, one whose packet would
+ *   not fit in out, or a group start (group_starts: 256 bytes, 1 per type) written by server
+ *   stop_at_origin (-1: none).  Events of the types marked in leave_out (256 bytes) are passed
+ *   over, not framed: what a primary leaves out for this replica (annotations it did not ask
+ *   for).  length: the bytes of out written; last: the offset of the last event framed.
  *
  * check(block, pos, size, offset, crc_on, kinds, state) -> (pos, state, group_end, group_last)
  *   Import and archive checks (storage/importer.check_file): passes over the whole events of
@@ -300,7 +302,7 @@ done:
 static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (!takes("frame", 7, nargs))
+    if (!takes("frame", 8, nargs))
         return NULL;
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     long seq = PyLong_AsLong(args[2]);
@@ -320,18 +322,22 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     int crc_on = PyObject_IsTrue(args[5]);
     if (crc_on < 0)
         return NULL;
-    Py_buffer view;
+    Py_buffer view, target;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return NULL;
+    if (PyObject_GetBuffer(args[7], &target, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     const unsigned char *block = view.buf;
+    unsigned char *out = target.buf;
     if (size > view.len || size < 0)
         size = view.len;
 
-    /* first pass: where to stop, and how many bytes the packets take */
-    Py_ssize_t pos = 0, last = 0, total = 0;
+    Py_ssize_t pos = 0, last = 0, written = 0;
     long events = 0;
     while (size - pos >= EVENT_HEADER) {
-        uint32_t length = le32(block + pos + 9);
+        uint32_t length = le32(block + pos + 9), payload = length + 1;
         if (length < EVENT_HEADER || length > (uint64_t)(size - pos) || length + 1 >= 0xFFFFFF)
             break;
         if (stop_at_origin >= 0 && group_starts[block[pos + 4]]
@@ -341,36 +347,25 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         if (crc_on && crc32_of(block + pos, length) != CRC_RESIDUE)
             break;
         if (!leave_out[block[pos + 4]]) {
-            total += PACKET_HEADER + 1 + length;
+            if (target.len - written < PACKET_HEADER + 1 + (Py_ssize_t)length)
+                break;
+            unsigned char *packet = out + written;
+            packet[0] = payload & 0xFF;
+            packet[1] = (payload >> 8) & 0xFF;
+            packet[2] = (payload >> 16) & 0xFF;
+            packet[3] = (unsigned char)seq;
+            packet[4] = 0;
+            memcpy(packet + PACKET_HEADER + 1, block + pos, length);
+            written += PACKET_HEADER + 1 + length;
+            seq = (seq + 1) & 0xFF;
             last = pos;
             events++;
         }
         pos += length;
     }
-    PyObject *packets = PyBytes_FromStringAndSize(NULL, total), *result = NULL;
-    if (packets != NULL) {
-        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(packets);
-        for (Py_ssize_t at = 0; at < pos;) {
-            uint32_t length = le32(block + at + 9), payload = length + 1;
-            if (leave_out[block[at + 4]]) {
-                at += length;
-                continue;
-            }
-            out[0] = payload & 0xFF;
-            out[1] = (payload >> 8) & 0xFF;
-            out[2] = (payload >> 16) & 0xFF;
-            out[3] = (unsigned char)seq;
-            out[4] = 0;
-            memcpy(out + PACKET_HEADER + 1, block + at, length);
-            out += PACKET_HEADER + 1 + length;
-            at += length;
-            seq = (seq + 1) & 0xFF;
-        }
-        result = Py_BuildValue("(Onlnl)", packets, pos, events, last, seq);
-        Py_DECREF(packets);
-    }
+    PyBuffer_Release(&target);
     PyBuffer_Release(&view);
-    return result;
+    return Py_BuildValue("(nnlnl)", written, pos, events, last, seq);
 }
 
 /* Walking a stored file for a few event types (the GTIDs of a file): only the headers are read. */
@@ -970,7 +965,7 @@ static PyMethodDef scan_methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
-     "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out) -> (packets, used, events, last, seq)"},
+     "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out, out) -> (length, used, events, last, seq)"},
     {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL,
      "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
     {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,

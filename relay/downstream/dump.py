@@ -30,7 +30,7 @@ from ..protocol.codes import (
     USE_HEARTBEAT_EVENT_V2,
 )
 from ..replication.gtidstart import GtidStart, SeekPlan
-from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block
+from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block, framed_capacity
 from ..replication.semisync import AckReader, SemiSyncError
 from ..storage.reader import Available, FetchArchived, FetchGoesOn, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
@@ -128,6 +128,7 @@ class Dump:
         self.state = state
         self._block: memoryview | None = None  # read buffer of the fast path, reused
         self._block_size = 0  # of the fast path's next block (0: none yet)
+        self._framed: bytearray | None = None  # its packets, framed (see _framed_buffer)
 
     def plan(self) -> tuple[TailReader, GtidStart | ExcludedGroups | None]:
         """Where the dump starts: the requested file/position, a MariaDB GTID start, or the GTID
@@ -380,9 +381,11 @@ class Dump:
             block = buffer[: reader.read_block(buffer, end)]
         with block:
             run = frame_block(block, len(block), self.conn.sequence_id, outbound.options.replica_server_id,
-                              verify_crc=reader.checksummed, leave_out=outbound.left_out_types())
+                              verify_crc=reader.checksummed, leave_out=outbound.left_out_types(),
+                              out=self._framed_buffer())
             last_timestamp = int.from_bytes(block[run.last_event : run.last_event + 4], "little")
         if not run.used:
+            reader.hand_back()  # the event's first folio, mapped whole by the look at its header
             return await self._stream_large_event(reader, outbound, end)
         self._advance(reader, outbound, reader.position + run.used)
         if not run.events:  # only events this replica does not get
@@ -443,6 +446,14 @@ class Dump:
         if self._block is None or len(self._block) != self._block_size:
             self._block = memoryview(bytearray(self._block_size))
         return self._block
+
+    def _framed_buffer(self) -> bytearray:
+        """Where a block's packets are framed: the dump's own, reused once the block before was
+        sent (``flush`` returns when the stream has taken every byte)."""
+        capacity = framed_capacity(self._block_size)
+        if self._framed is None or len(self._framed) != capacity:
+            self._framed = bytearray(capacity)
+        return self._framed
 
     def _account(self, events: int, size: int, last_timestamp: int) -> None:
         registry = self.context.registry

@@ -28,6 +28,7 @@ _U16 = struct.Struct("<H")
 _U24_SEQ = struct.Struct("<HBB")  # low u16, high u8, seq
 _PACKET_HEADER = struct.Struct("<I")  # u24 length | seq << 24
 _EVENT_PACKET_HEADER = struct.Struct("<IB")  # the same, then a dump packet's first byte (00)
+EVENT_PACKET_OVERHEAD = _EVENT_PACKET_HEADER.size  # what a dump packet adds to its event
 
 
 class ProtocolError(InputError):

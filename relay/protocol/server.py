@@ -149,8 +149,11 @@ class ServerConnection:
             return  # a dump is one-way; pymysqlreplication even sends a stray byte after it
         self._reader.feed(data)
 
-    def data_to_send(self) -> bytes:
-        out = b"".join(self._out)
+    def data_to_send(self) -> bytes | memoryview:
+        """What to send now.  A block framed outside (``send_framed``) alone is handed back as it
+        is, not copied: its owner reuses it only after it is sent."""
+        single = self._out[0] if len(self._out) == 1 else None
+        out = single if isinstance(single, (bytes, memoryview)) else b"".join(self._out)
         self._out.clear()
         return out
 
@@ -421,7 +424,7 @@ class ServerConnection:
         binlog/_scan.c starts its numbering (then handed over with ``send_framed``)."""
         return self._seq
 
-    def send_framed(self, data: bytes | bytearray, packets: int) -> None:
+    def send_framed(self, data: bytes | bytearray | memoryview, packets: int) -> None:
         """``packets`` whole packets framed outside the connection (the serve loop of _scan.c,
         through ``replication.outbound.frame_block``), numbered from ``sequence_id`` on: the
         connection moves its own sequence id past them."""

@@ -14,7 +14,7 @@ from ..binlog import events as ev
 from ..binlog.groups import GroupTracker
 from ..errors import Refusal
 from ..gtid.mysqlgtid import ExcludedGroups
-from ..protocol.packets import frame_events
+from ..protocol.packets import EVENT_PACKET_OVERHEAD, frame_events
 from .compat import CAPABILITY_GTID, IncompatibleEvent, for_replica
 from .gtidstart import GtidStart
 
@@ -234,10 +234,16 @@ def _prepare_fde(fde: bytes, zero_log_pos: bool, zero_created: bool) -> bytes:
 
 @dataclass(frozen=True)
 class FramedRun:
-    data: bytes | bytearray  # the packets: u24 length, sequence id, 00, event
+    data: memoryview  # the packets (u24 length, sequence id, 00, event), in the buffer framed into
     used: int  # bytes of the block they hold
     events: int  # packets: one per event (for ServerConnection.send_framed)
     last_event: int  # offset of the last one in the block
+
+
+def framed_capacity(block_size: int) -> int:
+    """Room for the packets of every event a block of ``block_size`` bytes can hold (each event
+    is at least a header long, and gains a packet header and a status byte)."""
+    return block_size + EVENT_PACKET_OVERHEAD * (block_size // ev.HEADER_LEN + 1)
 
 
 _EVENT_LENGTH = struct.Struct("<I")
@@ -249,24 +255,29 @@ _ANNOTATIONS_LEFT_OUT = bytes(t == ev.ANNOTATE_ROWS_EVENT for t in range(256))
 
 
 def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: int | None,
-                verify_crc: bool = False, leave_out: bytes = _NOTHING_LEFT_OUT) -> FramedRun:
+                verify_crc: bool = False, leave_out: bytes = _NOTHING_LEFT_OUT,
+                out: bytearray | None = None) -> FramedRun:
     """The serve fast path: frame the whole events at the start of ``block[:size]`` as dump
-    packets in one pass, numbered from ``sequence_id`` (``ServerConnection.sequence_id``: the
-    block goes back to the connection with ``send_framed``), stopping before an event of 16 MB
-    or more, a partial one, a group start written by ``stop_at_origin`` (the replica's own
+    packets in one pass, into ``out`` (the dump's own, reused from block to block; a fresh one
+    of ``framed_capacity(size)`` when None), numbered from ``sequence_id``
+    (``ServerConnection.sequence_id``: the block goes back to the connection with
+    ``send_framed``), stopping before an event of 16 MB or more, a partial one, one whose packet
+    would not fit in ``out``, a group start written by ``stop_at_origin`` (the replica's own
     transactions go the filtered way), or, with ``verify_crc``, an event whose CRC32 is wrong
     (the general path reports it).  Events of the types marked in ``leave_out`` (256 bytes)
     are passed over (``used``), not sent.  The compiled loop of _scan.c does it when it is
     built; else the events are picked here and framed by ``protocol.packets.frame_events``."""
+    if out is None:
+        out = bytearray(framed_capacity(size))
     if _compiled_frame is not None:
-        data, used, events, last, _ = _compiled_frame(
+        length, used, events, last, _ = _compiled_frame(
             block, size, sequence_id, -1 if stop_at_origin is None else stop_at_origin, _GROUP_START_TYPES,
-            verify_crc, leave_out)
-        return FramedRun(data, used, events, last)
+            verify_crc, leave_out, out)
+        return FramedRun(memoryview(out)[:length], used, events, last)
     unpack = _EVENT_LENGTH.unpack_from
     origin_at = _SERVER_ID.unpack_from
     picked: list[memoryview] = []
-    pos = last = 0
+    pos = last = framed = 0
     while pos + ev.HEADER_LEN <= size:
         length = unpack(block, pos + 9)[0]
         end = pos + length
@@ -280,9 +291,13 @@ def frame_block(block: memoryview, size: int, sequence_id: int, stop_at_origin: 
         if leave_out[block[pos + 4]]:
             pos = end
             continue
+        if framed + EVENT_PACKET_OVERHEAD + length > len(out):
+            break
+        framed += EVENT_PACKET_OVERHEAD + length
         picked.append(block[pos:end])
         last = pos
         pos = end
     packets: list[bytes | bytearray | memoryview] = []
     frame_events(picked, sequence_id, packets)
-    return FramedRun(b"".join(packets), pos, len(picked), last)
+    out[:framed] = b"".join(packets)
+    return FramedRun(memoryview(out)[:framed], pos, len(picked), last)

@@ -52,6 +52,20 @@ def test_frame_block_frames_every_whole_event(frame_loop):
     assert _payloads(bytes(run.data), 5) == [b"\x00" + bytes(e) for e in events[:-1]]
 
 
+def test_frame_block_fills_the_dumps_buffer_and_stops_before_a_packet_that_would_not_fit(frame_loop):
+    body = memoryview(BINLOG)[4:]
+    events = _events()
+    packets = [len(e) + outbound.EVENT_PACKET_OVERHEAD for e in events]
+    room = sum(packets[:3]) + packets[3] - 1  # the fourth packet lacks a byte
+    tight = bytearray(room)
+    run = frame_block(body, len(body), 9, None, out=tight)
+    assert (run.events, run.used) == (3, sum(len(e) for e in events[:3]))
+    assert _payloads(bytes(run.data), 9) == [b"\x00" + bytes(e) for e in events[:3]]
+    assert run.data.obj is tight  # framed in place, not copied
+    roomy = bytearray(outbound.framed_capacity(len(body)))
+    assert frame_block(body, len(body), 9, None, out=roomy).events == len(events)
+
+
 def test_frame_block_stops_before_the_replicas_own_group(frame_loop):
     body = memoryview(BINLOG)[4:]
     run = frame_block(body, len(body), 1, PRIMARY_ID)
@@ -61,8 +75,9 @@ def test_frame_block_stops_before_the_replicas_own_group(frame_loop):
     assert frame_block(body, len(body), 1, PRIMARY_ID + 1).events == len(_events())
 
 
-def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False, leave_out=bytes(256)):
-    run = frame_block(memoryview(block), size, seq, stop_at_origin, verify_crc, leave_out)
+def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False, leave_out=bytes(256), room=None):
+    out = None if room is None else bytearray(room)
+    run = frame_block(memoryview(block), size, seq, stop_at_origin, verify_crc, leave_out, out)
     return bytes(run.data), run.used, run.events, run.last_event
 
 
@@ -70,8 +85,9 @@ def _framed(block: bytes, size: int, seq: int, stop_at_origin, verify_crc=False,
 @given(flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=1, max_value=255)), max_size=3),
        cut=st.integers(min_value=0, max_value=len(BINLOG)), seq=st.integers(min_value=0, max_value=255),
        stop_at_origin=st.sampled_from([None, PRIMARY_ID, 0, 0xFFFFFFFF]), verify_crc=st.booleans(),
-       leave_out=st.sets(st.integers(min_value=0, max_value=255), max_size=4))
-def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin, verify_crc, leave_out):
+       leave_out=st.sets(st.integers(min_value=0, max_value=255), max_size=4),
+       room=st.none() | st.integers(min_value=0, max_value=len(BINLOG) + 4096))
+def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_origin, verify_crc, leave_out, room):
     # Stored files are read back, but a damaged disk or a bug must not make the two loops
     # differ (or the compiled one read past the block).
     block = bytearray(BINLOG[4:])
@@ -80,9 +96,9 @@ def test_compiled_framer_agrees_with_the_python_one(flips, cut, seq, stop_at_ori
     block = bytes(block)
     size = min(cut, len(block))
     table = bytes(t in leave_out for t in range(256))
-    compiled = _framed(block, size, seq, stop_at_origin, verify_crc, table)
+    compiled = _framed(block, size, seq, stop_at_origin, verify_crc, table, room)
     with python_loop(outbound, "_compiled_frame"):
-        assert compiled == _framed(block, size, seq, stop_at_origin, verify_crc, table)
+        assert compiled == _framed(block, size, seq, stop_at_origin, verify_crc, table, room)
 
 
 def test_frame_block_leaves_out_annotations_the_replica_did_not_ask_for(frame_loop):

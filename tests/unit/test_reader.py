@@ -202,6 +202,30 @@ def test_the_pages_of_a_mapped_file_are_handed_back_once_sent(relay_log):
     reader.close()
 
 
+def test_between_blocks_a_dump_holds_no_page_of_a_mapped_file(relay_log):
+    """A fault maps pages ahead of the one read (all of a large folio, up to 2 MiB): a hundred dumps
+    waiting for their clients would hold them all that time.  After each block, and before an event
+    larger than a block is streamed, none stays mapped."""
+    relay_log.apply([_whole_file(SECOND)])
+    path = relay_log.path(FIRST)
+    with open(path, "ab") as grown:  # written in one piece: large folios where the kernel makes them
+        grown.write(BINLOG[4:] * ((8 << 20) // len(BINLOG)))
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    reader.poll()
+    end = path.stat().st_size
+    while reader.position < end:
+        with reader.mapped_block(end, 128 << 10) as view:
+            bytes(view[:100])  # a look at the first event only, as before a large one
+            assert _resident_kib(path) > 0
+            reader.hand_back()
+            assert _resident_kib(path) == 0, "pages left mapped before a large event is streamed"
+            bytes(view)
+            reader.advance(reader.position + len(view))
+        assert _resident_kib(path) == 0, f"pages left mapped at {reader.position} between blocks"
+    reader.close()
+
+
 def test_a_new_file_is_not_entered_before_its_format_description_is_committed(relay_log):
     """After a rotation the newest file exists with nothing committed in it (its FORMAT_DESCRIPTION
     still on its way, or lost at a power cut): a dump waits there instead of reading an empty file."""
