@@ -222,11 +222,9 @@ class TailReader:
             return
         done = self.position & ~(mmap.PAGESIZE - 1)
         # from a little before what was handed back: a fault also maps pages behind the position
-        start = max(0, min(self._unmapped_below, done) - _FAULT_AROUND) & ~(mmap.PAGESIZE - 1)
-        ahead = min(len(self._map), done + _FAULT_AROUND)
-        if ahead > start:
-            self._map.madvise(mmap.MADV_DONTNEED, start, ahead - start)
-        self._unmapped_below = max(self._unmapped_below, done)
+        start = max(0, self._unmapped_below - _FAULT_AROUND) & ~(mmap.PAGESIZE - 1)
+        self._map.madvise(mmap.MADV_DONTNEED, start, min(len(self._map), done + _FAULT_AROUND) - start)
+        self._unmapped_below = done  # the position only moves forward
 
     def close(self) -> None:
         if self._map is not None:
