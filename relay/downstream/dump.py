@@ -41,12 +41,13 @@ from .registry import DumpState
 
 log = logging.getLogger(__name__)
 
-# The fast path's read blocks of all dumps together stay within this (each dump also holds a framed
-# copy of its block while the socket takes it, and the mapped pages of a finished file it reads,
-# so about twice this and more): up to 16 dumps read 1 MiB at a time, 100 read 128 KiB
-# (bench/capacity.py at 100 clients: 344 MiB of RSS with 1 MiB each; with 256 KiB and the
-# mapped reads, 147-177 MiB; with 128 KiB, 122-145 MiB and the primary's speed or more).
-SERVE_BLOCK_BUDGET = 16 << 20
+# The fast path's blocks of all dumps together stay within this: each dump holds a framed copy of its
+# block while the socket takes it (the read buffer is one for all, Registry.read_buffer, and a finished
+# file's mapped pages are handed back after each block): up to 32 dumps read 1 MiB at a time, 100 read
+# 256 KiB.  A block costs about as much in Python and in faults whatever its size (bench/capacity.py at
+# 100 clients: with 128 KiB, 0.88-0.90 CPU s per GiB served and 109 MiB of RSS; with 256 KiB and a read
+# buffer per dump, 0.68 and 152 MiB; shared, 0.72 and 119 MiB).
+SERVE_BLOCK_BUDGET = 32 << 20
 MIN_SERVE_BLOCK = 64 << 10
 
 
@@ -126,7 +127,6 @@ class Dump:
         self.conn = conn
         self.flush = flush
         self.state = state
-        self._block: memoryview | None = None  # read buffer of the fast path, reused
         self._block_size = 0  # of the fast path's next block (0: none yet)
         self._framed: bytearray | None = None  # its packets, framed (see _framed_buffer)
 
@@ -442,10 +442,9 @@ class Dump:
         passed[how] = passed.get(how, 0) + size
 
     def _buffer(self) -> memoryview:
-        """The dump's read buffer, of the current block size (a mapped file needs none)."""
-        if self._block is None or len(self._block) != self._block_size:
-            self._block = memoryview(bytearray(self._block_size))
-        return self._block
+        """A read buffer of the current block size (a mapped file needs none), shared by the dumps
+        (``Registry.read_buffer``): fill it and use it before the next await."""
+        return self.context.registry.read_buffer(self._block_size)
 
     def _framed_buffer(self) -> bytearray:
         """Where a block's packets are framed: the dump's own, reused once the block before was

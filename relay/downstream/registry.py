@@ -55,6 +55,15 @@ class Registry:
         self.questions = 0
         self.commands: dict[str, int] = {}
         self._ack_event = trio.Event()
+        self._read_buffer = memoryview(bytearray(0))
+
+    def read_buffer(self, size: int) -> memoryview:
+        """A buffer of ``size`` bytes for a dump's read, one for all the dumps: they run in one
+        thread and none holds it across an await (what it read is framed into the dump's own
+        buffer, or copied, before the dump sends).  Per dump, 100 dumps held 100 of them."""
+        if len(self._read_buffer) < size:
+            self._read_buffer = memoryview(bytearray(size))
+        return self._read_buffer[:size]
 
     def note_ack(self, dump: DumpState, file: str, position: int) -> None:
         dump.acked = (file, position)

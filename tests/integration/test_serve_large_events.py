@@ -33,18 +33,28 @@ def _largest_events(path, count: int):  # type: ignore[no-untyped-def]
 
 
 def test_events_larger_than_the_read_block_are_served_byte_for_byte(mariadb_factory, relay_factory, tmp_path):
+    """Several clients at once: the dumps share one read buffer (Registry.read_buffer), and one
+    streaming a large event piece by piece lets the others read between its pieces."""
     primary = mariadb_factory(server_id=1)
     relay = relay_factory("relay", primary.port)
     _write_large_events(primary)
+    primary.sql("CREATE TABLE big.small (id INT PRIMARY KEY, v VARCHAR(64))")
+    for i in range(40):  # small events around the large ones: the fast path's blocks
+        primary.sql(f"INSERT INTO big.small VALUES ({i}, REPEAT('v', {i}))")
     wait_binlog_settled(primary)
     wait_for_mirror(primary, relay)
     name = primary.binlog_files()[-1][0]
     assert _largest_events(relay.data_dir / name, 1)[0][0] > BIG, "no event larger than the read block"
-    result_dir = tmp_path / "once"
-    result_dir.mkdir()
-    once = subprocess.run(_binlog_command(relay.port, result_dir, "--to-last-log"), capture_output=True, timeout=60)
-    assert once.returncode == 0, once.stdout + once.stderr
-    assert _raw_differences(primary, result_dir) == []
+    result_dirs = [tmp_path / f"client{number}" for number in range(4)]
+    clients = []
+    for result_dir in result_dirs:
+        result_dir.mkdir()
+        clients.append(subprocess.Popen(_binlog_command(relay.port, result_dir, "--to-last-log"),
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    for client, result_dir in zip(clients, result_dirs, strict=True):
+        output, _ = client.communicate(timeout=60)
+        assert client.returncode == 0, output
+        assert _raw_differences(primary, result_dir) == []
     assert relay.stop() == 0
     assert "Traceback" not in relay.log_text()
 
