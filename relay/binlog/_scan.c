@@ -405,6 +405,47 @@ static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nO)", pos, found ? Py_True : Py_False);
 }
 
+/*
+ * split(buf, pos, size, base) -> (events, pos): the whole events from pos in buf[:size], each as
+ * (base + its offset, a copy of its bytes), and where they end: at a partial event, or at a header
+ * whose length cannot be right (below 19; the caller tells the two apart).  For readers that take
+ * every event (the pipeline's decoders): finding and slicing them was a quarter of their time.
+ */
+static PyObject *split(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (!takes("split", 4, nargs))
+        return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
+    long long base = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *block = view.buf;
+    if (size > view.len)
+        size = view.len;
+    if (pos < 0)
+        pos = 0;
+    PyObject *events = PyList_New(0);
+    while (events != NULL && size - pos >= EVENT_HEADER) {
+        uint32_t length = le32(block + pos + 9);
+        if (length < EVENT_HEADER || length > (uint64_t)(size - pos))
+            break;
+        PyObject *event = PyBytes_FromStringAndSize((const char *)block + pos, length);
+        PyObject *item = event != NULL ? Py_BuildValue("(LN)", base + pos, event) : NULL;
+        if (item == NULL || PyList_Append(events, item) < 0)
+            Py_CLEAR(events);
+        Py_XDECREF(item);
+        pos += length;
+    }
+    PyBuffer_Release(&view);
+    if (events == NULL)
+        return NULL;
+    return Py_BuildValue("(Nn)", events, pos);
+}
+
 /* check()'s kinds, and binlog/groups.py's states (storage/importer.py passes both as they are here) */
 enum { KIND_STOP, KIND_OTHER, KIND_CLOSER, KIND_MARIADB_GTID, KIND_MYSQL_GTID };
 enum { STATE_OUTSIDE, STATE_AFTER_MYSQL_GTID, STATE_IN_TRANSACTION, STATE_STANDALONE, STATE_LOOSE };
@@ -966,6 +1007,8 @@ static PyMethodDef scan_methods[] = {
      "scan(buf, pos, seq, position, crc_on, kinds, counts, sizes) -> (pos, seq, position, events)"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      "frame(block, size, seq, stop_at_origin, group_starts, crc_on, leave_out, out) -> (length, used, events, last, seq)"},
+    {"split", (PyCFunction)(void (*)(void))split, METH_FASTCALL,
+     "split(buf, pos, size, base) -> (events, pos): the whole events, (offset, bytes) each"},
     {"find", (PyCFunction)(void (*)(void))find, METH_FASTCALL,
      "find(block, pos, size, types) -> (offset, found): the first whole event from pos of a type marked in types"},
     {"check", (PyCFunction)(void (*)(void))check, METH_FASTCALL,

@@ -21,7 +21,7 @@ from ..rows.changes import (
     TableFilter,
 )
 from ..rows.transactions import Transaction, TransactionDecoder
-from ..storage.scan import iter_events
+from ..storage.scan import iter_event_batches, iter_events
 
 
 def iter_changes(source: str | os.PathLike[str] | bytes | BinaryIO, start: int = 4, end: int | None = None,
@@ -87,10 +87,11 @@ def _decoded(kind: type[ChangeDecoder], source: str | os.PathLike[str] | bytes |
                 decoder.feed(4, fde)
                 break
         feed, empty = decoder.feed, NO_CHANGES
-        for offset, event in iter_events(stream, start, end):
-            out = feed(offset, event)
-            if out is not empty:
-                yield from out
+        for batch in iter_event_batches(stream, start, end):
+            for offset, event in batch:
+                out = feed(offset, event)
+                if out is not empty:
+                    yield from out
     finally:
         decoder.close()
         if own:

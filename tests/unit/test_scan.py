@@ -1,5 +1,5 @@
-"""Walking stored files for a few event types (relay/storage/scan.py): the same events as the full
-walk, compiled and in Python, whole or a budget at a time."""
+"""Walking stored files for a few event types, or every event in batches (relay/storage/scan.py):
+the same events as the full walk, compiled and in Python, whole or a budget at a time."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from relay.binlog import events as ev
 from relay.storage import scan
-from relay.storage.scan import event_types, events_of_types, find_event, iter_events
+from relay.storage.scan import event_types, events_of_types, find_event, iter_event_batches, iter_events, split_events
 from tests.support.binlogs import MARIADB_MIXED_BINLOG
 from tests.support.loops import LOOPS, python_loop, select_loop
 
@@ -72,6 +72,49 @@ def test_the_walk_stops_at_a_torn_tail_and_at_a_bogus_length(loop, monkeypatch):
     third = whole[2][0]
     bogus[third + 9 : third + 13] = (5).to_bytes(4, "little")  # shorter than a header
     assert _typed_walk(bytes(bogus), every, 4096) == whole[:2]
+
+
+def _batched_walk(data: bytes, block_size: int) -> list[tuple[int, bytes]]:
+    return [event for batch in iter_event_batches(io.BytesIO(data), 4, len(data), block_size) for event in batch]
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("block_size", [64, 200, 4096, 1 << 20])  # 64 and 200: events larger than a block
+def test_the_walk_in_batches_gives_every_event_of_the_full_walk(loop, block_size, monkeypatch):
+    select_loop(loop, monkeypatch, scan, "_compiled_split")
+    expected = _full_walk(BINLOG, event_types(*range(256)), block_size)
+    batches = list(iter_event_batches(io.BytesIO(BINLOG), 4, len(BINLOG), block_size))
+    assert [event for batch in batches for event in batch] == expected
+    assert all(type(event) is bytes for batch in batches for _, event in batch), "copies, not views of a block"
+    if block_size == 4096:
+        assert len(batches) < len(expected) / 4, "several events a batch"
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_the_walk_in_batches_stops_at_a_torn_tail_and_at_a_bogus_length(loop, monkeypatch):
+    select_loop(loop, monkeypatch, scan, "_compiled_split")
+    whole = _full_walk(BINLOG, event_types(*range(256)), 4096)
+    torn = BINLOG[: whole[-1][0] + 7]
+    assert _batched_walk(torn, 4096) == whole[:-1]
+    assert _batched_walk(torn, 64) == whole[:-1]
+    assert list(iter_event_batches(io.BytesIO(torn), 4, len(BINLOG), 4096))[-1][-1] == whole[-2], \
+        "a file shorter than the caller thought ends the walk"
+    bogus = bytearray(BINLOG)
+    third = whole[2][0]
+    bogus[third + 9 : third + 13] = (5).to_bytes(4, "little")
+    assert _batched_walk(bytes(bogus), 4096) == whole[:2]
+    assert _batched_walk(bytes(bogus), 64) == whole[:2]
+
+
+@given(data=st.binary(max_size=600), base=st.integers(0, 1 << 40))
+@settings(max_examples=400, deadline=None)
+def test_split_compiled_and_in_python_agree_on_any_bytes(data, base):
+    block = SMALL_EVENTS + data
+    compiled = split_events(block, base)
+    with python_loop(scan, "_compiled_split"):
+        in_python = split_events(block, base)
+    assert compiled == in_python
+    assert compiled[1] >= len(SMALL_EVENTS)
 
 
 @given(data=st.binary(max_size=600), start=st.integers(0, 700), size=st.integers(-5, 700),
