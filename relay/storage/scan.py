@@ -65,7 +65,6 @@ def iter_events(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_
         offset += pos
 
 
-
 def iter_event_batches(stream: BinaryIO, start: int, end: int, block_size: int = BLOCK_SIZE
                        ) -> Iterator[list[tuple[int, bytes]]]:
     """The events iter_events yields, a list per block read and each copied out as bytes, for a
