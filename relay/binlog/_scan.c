@@ -368,14 +368,35 @@ static PyObject *frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return Py_BuildValue("(nnlnl)", written, pos, events, last, seq);
 }
 
+/* find() and split(): block[:size] from pos, clamped to the buffer, whose view the caller releases. */
+static int block_span(PyObject *const *args, Py_buffer *view, Py_ssize_t *pos, Py_ssize_t *size)
+{
+    *pos = PyLong_AsSsize_t(args[1]);
+    *size = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred() || PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0)
+        return 0;
+    if (*size > view->len)
+        *size = view->len;
+    if (*pos < 0)
+        *pos = 0;
+    return 1;
+}
+
+/* The length of the whole event at pos in block[:size]; 0 when it is cut short or its length is
+ * below a header's. */
+static inline uint32_t whole_event_at(const unsigned char *block, Py_ssize_t pos, Py_ssize_t size)
+{
+    if (size - pos < EVENT_HEADER)
+        return 0;
+    uint32_t length = le32(block + pos + 9);
+    return length < EVENT_HEADER || length > (uint64_t)(size - pos) ? 0 : length;
+}
+
 /* Walking a stored file for a few event types (the GTIDs of a file): only the headers are read. */
 static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
     if (!takes("find", 4, nargs))
-        return NULL;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
-    if (PyErr_Occurred())
         return NULL;
     if (!PyBytes_Check(args[3]) || PyBytes_GET_SIZE(args[3]) != 256) {
         PyErr_SetString(PyExc_TypeError, "find(): types must be 256 bytes");
@@ -383,18 +404,13 @@ static PyObject *find(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     const unsigned char *types = (const unsigned char *)PyBytes_AS_STRING(args[3]);
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    Py_ssize_t pos, size;
+    if (!block_span(args, &view, &pos, &size))
         return NULL;
     const unsigned char *block = view.buf;
-    if (size > view.len)
-        size = view.len;
-    if (pos < 0)
-        pos = 0;
     int found = 0;
-    while (size - pos >= EVENT_HEADER) {
-        uint32_t length = le32(block + pos + 9);
-        if (length < EVENT_HEADER || length > (uint64_t)(size - pos))
-            break;
+    uint32_t length;
+    while ((length = whole_event_at(block, pos, size)) != 0) {
         if (types[block[pos + 4]]) {
             found = 1;
             break;
@@ -416,23 +432,17 @@ static PyObject *split(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     (void)module;
     if (!takes("split", 4, nargs))
         return NULL;
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), size = PyLong_AsSsize_t(args[2]);
     long long base = PyLong_AsLongLong(args[3]);
     if (PyErr_Occurred())
         return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+    Py_ssize_t pos, size;
+    if (!block_span(args, &view, &pos, &size))
         return NULL;
     const unsigned char *block = view.buf;
-    if (size > view.len)
-        size = view.len;
-    if (pos < 0)
-        pos = 0;
     PyObject *events = PyList_New(0);
-    while (events != NULL && size - pos >= EVENT_HEADER) {
-        uint32_t length = le32(block + pos + 9);
-        if (length < EVENT_HEADER || length > (uint64_t)(size - pos))
-            break;
+    uint32_t length;
+    while (events != NULL && (length = whole_event_at(block, pos, size)) != 0) {
         PyObject *event = PyBytes_FromStringAndSize((const char *)block + pos, length);
         PyObject *item = event != NULL ? Py_BuildValue("(LN)", base + pos, event) : NULL;
         if (item == NULL || PyList_Append(events, item) < 0)
