@@ -27,7 +27,6 @@ import argparse
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,6 @@ class Capacity:
         except threading.BrokenBarrierError:
             raise BenchError(f"{clients} clients could not all log in to the {source}: "
                              f"{next((o['error'] for o in outs if 'error' in o), '?')}") from None
-        started = time.perf_counter()
         for thread in threads:
             thread.join(self.args.timeout)
             if thread.is_alive():
@@ -121,6 +119,7 @@ class Capacity:
         errors = [o["error"] for o in outs if "error" in o]
         if errors:
             raise BenchError(f"{len(errors)} of {clients} downloads from the {source} failed: {errors[0]}")
+        started = min(o["start"] for o in outs)
         seconds = max(o["end"] for o in outs) - started
         server_cpu = cpu_seconds(pid) - cpu_before
         mine_after = os.times()

@@ -217,11 +217,10 @@ class Runner:
         cpu_before = time.process_time()
         reader.start()
         start.wait()
-        began = time.perf_counter()
         reader.join(self.args.timeout)
         if "error" in out or "end" not in out:
             raise BenchError(f"the discard reader failed: {out.get('error', 'it did not finish in time')}")
-        seconds = out["end"] - began
+        seconds = out["end"] - out["start"]
         return {"tool": DISCARD, "seconds": seconds, "mib_per_s": mib(self.total_bytes) / seconds,
                 "events_per_s": self.total_events / seconds, "cpu_user_s": time.process_time() - cpu_before,
                 "cpu_sys_s": 0.0, "peak_rss_mib": 0.0, "verified": True, "process_s": seconds}

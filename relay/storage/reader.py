@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..binlog import events as ev
-from ..binlog.names import next_file_name
+from ..binlog.names import file_number, next_file_name
 from ..errors import Refusal
 from .relaylog import RelayLog
 from .scan import BLOCK_SIZE, read_batch
@@ -116,11 +116,25 @@ class TailReader:
         committed = self.relay_log.committed
         if self.relay_log.repairs_pending():  # a file a power cut damaged is fetched again first
             return NothingYet(committed)
+        if self.relay_log.tail_may_be_lost() and self._past_the_stored_end(files, committed):
+            return NothingYet(committed)
         if files and self.file == files[-1] and committed == (self.file, 4):
             return NothingYet(committed)  # created, its FORMAT_DESCRIPTION not committed yet (or lost at a power cut)
         if files and (not self.file or self.file in files or self.file != next_file_name(files[-1])):
             return None
         return NothingYet(committed)
+
+    def _past_the_stored_end(self, files: list[str], committed: tuple[str, int] | None) -> bool:
+        """The start asked for is further on than the stored history: a later file of the same
+        name, or a position past the newest file's committed end."""
+        if not files or committed is None or not self.file:
+            return False
+        newest = files[-1]
+        if self.file == newest:
+            return self.position > committed[1]
+        asked, stored = file_number(self.file), file_number(newest)
+        return asked is not None and stored is not None and asked > stored and \
+            self.file.rpartition(".")[0] == newest.rpartition(".")[0]
 
     def start(self) -> None:
         """Check the requested start and open its file; raises StartRefused as a primary would."""

@@ -32,7 +32,7 @@ from .state import Checkpoint, RelayState, read_state, write_state
 log = logging.getLogger(__name__)
 
 SYNC_POLICIES = ("commit", "interval", "none")
-REPAIR_WAIT_SECONDS = 30.0  # longest a dump waits for the start-up re-fetch of damaged files
+REPAIR_WAIT_SECONDS = 30.0  # longest a dump waits for the start-up re-fetch of damaged files, or of a lost tail
 _IOV_MAX = 1024
 # sync: commit fsyncs a small batch (a few transactions) in the event loop itself when this disk's
 # fsyncs are fast: handing it to a worker thread and back costs two thread wake-ups and two loop
@@ -60,6 +60,7 @@ class RelayLog:
         self.damaged: dict[str, int] = {}  # closed files cut short on disk: where their whole events end
         self.shelf: ArchiveShelf | None = None  # with an archive: the archived files, fetched back for dumps
         self._repair_until = 0.0  # dumps wait until then for the first re-fetch of the damaged files
+        self._lost_tail_until = 0.0  # ... and for coordinates past the end, which a cut may have taken
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
         # the newest group end written but not yet committed: (file, end, start of its last event)
@@ -133,6 +134,10 @@ class RelayLog:
         self._last_event_start = last_start
         self.committed = (name, end)
         self.history.resume(name, end)
+        checkpoint = self.state.checkpoint
+        if self.sync == "none" and (checkpoint is None or (checkpoint.file, checkpoint.position) != (name, end)):
+            # not stopped by close(): a power cut may have taken what readers were already sent
+            self._lost_tail_until = time.monotonic() + REPAIR_WAIT_SECONDS
 
     def _check_closed_files(self) -> None:
         """A closed file damaged on disk (cut short, a torn last event) is not another history: it is
@@ -170,6 +175,14 @@ class RelayLog:
         yet (for at most REPAIR_WAIT_SECONDS): a dump starting now waits, instead of ending at the
         damage (a replica's IO thread would stop for good) when a second later the file is whole."""
         return time.monotonic() < self._repair_until
+
+    def tail_may_be_lost(self) -> bool:
+        """With storage.sync: none the relay did not stop cleanly, and is still within
+        REPAIR_WAIT_SECONDS of starting: a power cut may have taken events (whole files even) a
+        replica was sent, which ingest fetches again at the same coordinates.  A blocking dump
+        asking for a point past the stored end waits for them, instead of an ERR 1236 that would
+        stop a replica's IO thread for good."""
+        return time.monotonic() < self._lost_tail_until
 
     def repairs_tried(self) -> None:
         """The upstream checked the closed files against the primary's and fetched again what it
@@ -528,13 +541,17 @@ class RelayLog:
         return file in files and name in files and files.index(file) < files.index(name)
 
     async def wait_for_commit(self, seen: tuple[str, int] | None) -> tuple[str, int] | None:
-        """Return once the committed end differs from ``seen``, or the wait for repairs ended."""
-        waiting_for_repairs = self.repairs_pending()
-        while self.committed == seen and self.repairs_pending() == waiting_for_repairs:
-            left = self._repair_until - time.monotonic() if waiting_for_repairs else math.inf
-            with trio.move_on_after(max(0.0, left)):
+        """Return once the committed end differs from ``seen``, or a start-up wait (for repairs, for
+        a lost tail) ended."""
+        waits = self._start_up_waits()
+        while self.committed == seen and self._start_up_waits() == waits:
+            ends = [until for until, pending in zip((self._repair_until, self._lost_tail_until), waits) if pending]
+            with trio.move_on_after(max(0.0, min(ends) - time.monotonic()) if ends else math.inf):
                 await self._commit_event.wait()
         return self.committed
+
+    def _start_up_waits(self) -> tuple[bool, bool]:
+        return self.repairs_pending(), self.tail_may_be_lost()
 
 
 def _file_checksum_alg(stream: BinaryIO) -> int:

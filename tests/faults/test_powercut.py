@@ -102,9 +102,14 @@ def _whole_events(data: bytes) -> list:  # type: ignore[type-arg]
 
 
 def _index(data_dir: Path) -> list[str]:
+    """The stored files the index names.  The relay renames a new index over the old one while this
+    reads: on the FUSE mount an open that looked up the old inode just before can fail with ENOENT
+    (libfuse finds no path for a replaced inode), which a kernel file system never does; read again."""
     index = data_dir / "binlog.index"
-    return [Path(line.strip()).name for line in index.read_text().splitlines() if line.strip()] \
-        if index.exists() else []
+    # a list, so that an empty index is still a truthy answer
+    text = wait_for(lambda: [index.read_text() if index.exists() else ""], 10, f"{index} could not be read",
+                    ignore=(FileNotFoundError,))[0]
+    return [Path(line.strip()).name for line in text.splitlines() if line.strip()]
 
 
 def _assert_prefixes_of_the_primary(primary, data_dir: Path) -> None:  # type: ignore[no-untyped-def]

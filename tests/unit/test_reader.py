@@ -272,3 +272,78 @@ def test_dumps_wait_for_the_upstream_to_check_a_closed_file_a_power_cut_may_have
     trio.run(wait_then_repair)
     assert not relay_log.repairs_pending() and reader.first_file_pending() is None
     relay_log.close()
+
+
+def _cut_tail_after_clean_close(tmp_path, sync: str) -> RelayLog:
+    """A relay log whose newest file lost its tail after the relay stopped (a power cut took what
+    the OS had not written): its checkpoint names a point past what is left."""
+    stored = RelayLog(tmp_path, sync=sync)
+    stored.open()
+    stored.apply([_whole_file(FIRST)])
+    stored.close()
+    os.truncate(tmp_path / FIRST, EVENTS[3][0])
+    relay_log = RelayLog(tmp_path, sync=sync)
+    relay_log.open()
+    return relay_log
+
+
+def test_after_a_cut_with_sync_none_dumps_ahead_of_the_stored_end_wait_for_the_refetch(tmp_path, monkeypatch):
+    """With storage.sync: none a replica may have been sent what a power cut then took, whole files
+    even: for a while after such a start, a blocking dump asking for a later file or a position past
+    the end waits for ingest to fetch them again; after that window it is refused as a primary would."""
+    import trio
+
+    from relay.storage import relaylog
+
+    monkeypatch.setattr(relaylog, "REPAIR_WAIT_SECONDS", 0.3)
+    relay_log = _cut_tail_after_clean_close(tmp_path, "none")
+    end = relay_log.committed
+    assert end == (FIRST, EVENTS[3][0]) and relay_log.tail_may_be_lost()
+    past_end = TailReader(relay_log, FIRST, len(BINLOG))
+    two_files_on = TailReader(relay_log, next_file_name(SECOND), 4)
+    assert past_end.first_file_pending() == NothingYet(end)
+    assert two_files_on.first_file_pending() == NothingYet(end)
+    assert TailReader(relay_log, "other-bin.000009", 4).first_file_pending() is None  # another name: refused now
+
+    async def wait_out_the_window() -> None:
+        with trio.fail_after(5):
+            assert await relay_log.wait_for_commit(end) == end  # returned as the window closed
+
+    trio.run(wait_out_the_window)
+    assert not relay_log.tail_may_be_lost()
+    for reader in (past_end, two_files_on):
+        assert reader.first_file_pending() is None
+        with pytest.raises(StartRefused):
+            reader.start()
+    relay_log.close()
+
+
+def test_a_dump_past_the_end_waits_until_ingest_brings_it_back(tmp_path):
+    relay_log = _cut_tail_after_clean_close(tmp_path, "none")
+    reader = TailReader(relay_log, FIRST, EVENTS[5][0])
+    assert isinstance(reader.first_file_pending(), NothingYet)
+    tail = EVENTS[3:]
+    relay_log.apply([Segment(FIRST, EVENTS[3][0], [memoryview(e) for _, e in tail], sum(len(e) for _, e in tail),
+                             len(BINLOG), tail[-1][0])])
+    assert relay_log.committed == (FIRST, len(BINLOG)) and reader.first_file_pending() is None
+    reader.start()
+    reader.close()
+    relay_log.close()
+
+
+@pytest.mark.parametrize("sync", ["commit", "none"])
+def test_no_wait_past_the_end_when_nothing_sent_can_have_been_lost(tmp_path, sync):
+    """sync: commit never sends what is not durable; a clean stop (close) loses nothing: a start past
+    the end is refused at once, as the primary refuses it."""
+    if sync == "commit":
+        relay_log = _cut_tail_after_clean_close(tmp_path, sync)
+    else:
+        relay_log = RelayLog(tmp_path, sync=sync)
+        relay_log.open()
+        relay_log.apply([_whole_file(FIRST)])
+        relay_log.close()
+        relay_log = RelayLog(tmp_path, sync=sync)
+        relay_log.open()
+    assert not relay_log.tail_may_be_lost()
+    assert TailReader(relay_log, next_file_name(SECOND), 4).first_file_pending() is None
+    relay_log.close()
