@@ -32,6 +32,7 @@ from ..protocol.codes import (
 from ..replication.gtidstart import GtidStart, SeekPlan
 from ..replication.outbound import _GROUP_STARTS, DumpOptions, OutboundStream, frame_block, framed_capacity
 from ..replication.semisync import AckReader, SemiSyncError
+from ..storage.gtidindex import GtidLookupError
 from ..storage.reader import Available, FetchArchived, FetchGoesOn, FileStart, StoredFileDamaged, TailReader
 from ..storage.scan import BLOCK_SIZE, count_gtid_events
 from ..storage.shelf import ArchiveReadError
@@ -129,6 +130,7 @@ class Dump:
         self.state = state
         self._block_size = 0  # of the fast path's next block (0: none yet)
         self._framed: bytearray | None = None  # its packets, framed (see _framed_buffer)
+        self._told_lost_tail_wait = False
 
     def plan(self) -> tuple[TailReader, GtidStart | ExcludedGroups | None]:
         """Where the dump starts: the requested file/position, a MariaDB GTID start, or the GTID
@@ -159,12 +161,33 @@ class Dump:
             reader = TailReader(self.context.relay_log, index.plan_dump(replica_has), 4)
         return reader, ExcludedGroups(replica_has)
 
+    async def planned(self) -> tuple[TailReader, GtidStart | ExcludedGroups | None]:
+        """plan(), which a blocking GTID start ahead of the stored history retries at each commit
+        while a power cut may have taken what the replica was sent (RelayLog.tail_may_be_lost)."""
+        relay_log = self.context.relay_log
+        while True:
+            try:
+                return self.plan()
+            except GtidLookupError as ahead:
+                if not (self.request.blocking and relay_log.tail_may_be_lost()):
+                    raise
+                self._log_lost_tail_wait(str(ahead))
+                await relay_log.wait_for_commit(relay_log.committed)
+
+    def _log_lost_tail_wait(self, asked: str) -> None:
+        if not self._told_lost_tail_wait:
+            self._told_lost_tail_wait = True
+            log.info("downstream %s: %s; the relay did not stop cleanly (storage.sync: none) and may have lost "
+                     "what it sent before: waiting for ingest to fetch it again", self.state.peer, asked)
+
     async def run(self, reader: TailReader, outbound: OutboundStream) -> None:
         relay_log = self.context.relay_log
         while (pending := reader.first_file_pending()) is not None:
             if isinstance(pending, FetchArchived):
                 await self._fetch_archived(pending.file, position=reader.position)
             elif self.request.blocking:
+                if relay_log.tail_may_be_lost() and reader.past_the_stored_end():
+                    self._log_lost_tail_wait(f"asks for {reader.file}:{reader.position}, past the stored end")
                 await relay_log.wait_for_commit(pending.seen)
             else:
                 break  # start() refuses it as a primary does
@@ -505,7 +528,7 @@ async def serve_dump(context: SessionContext, request: DumpRequest, conn: proto.
     try:
         if request.server_id == context.relay_server_id:
             raise DumpError(same_id_message(request.server_id))
-        reader, start = dump.plan()
+        reader, start = await dump.planned()
         conn.semi_sync = state.semi_sync = request.semi_sync
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d%s", peer, request.server_id,

@@ -116,7 +116,7 @@ class TailReader:
         committed = self.relay_log.committed
         if self.relay_log.repairs_pending():  # a file a power cut damaged is fetched again first
             return NothingYet(committed)
-        if self.relay_log.tail_may_be_lost() and self._past_the_stored_end(files, committed):
+        if self.relay_log.tail_may_be_lost() and self.past_the_stored_end():
             return NothingYet(committed)
         if files and self.file == files[-1] and committed == (self.file, 4):
             return NothingYet(committed)  # created, its FORMAT_DESCRIPTION not committed yet (or lost at a power cut)
@@ -124,9 +124,10 @@ class TailReader:
             return None
         return NothingYet(committed)
 
-    def _past_the_stored_end(self, files: list[str], committed: tuple[str, int] | None) -> bool:
+    def past_the_stored_end(self) -> bool:
         """The start asked for is further on than the stored history: a later file of the same
         name, or a position past the newest file's committed end."""
+        files, committed = self.relay_log.files, self.relay_log.committed
         if not files or committed is None or not self.file:
             return False
         newest = files[-1]
