@@ -108,11 +108,12 @@ class FaultProxy:
             if fault.after >= len(data):
                 fault.after -= len(data)
                 return data
+            # counted before the fault shows as disarmed: a test reads them as soon as it does
+            self.fired[fault.kind] += 1
+            self.fire_times.append((fault.kind, time.monotonic()))
             self._armed = None
         head, rest = data[:fault.after], data[fault.after:]
         await sink.send_all(head)
-        self.fired[fault.kind] += 1
-        self.fire_times.append((fault.kind, time.monotonic()))
         if fault.kind in ("cut", "reset"):
             if fault.kind == "reset":
                 for stream in (source, sink):  # SO_LINGER 0: close() sends an RST
