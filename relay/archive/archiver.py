@@ -1,5 +1,9 @@
-"""The archiver: the trio task that uploads every closed stored file to the archive, once its events
-verify, keeps the list of what is archived, and applies archive.retention.
+"""The archiver: the trio tasks that upload every stored file to the archive, keep the list of what
+is archived, and apply archive.retention.
+
+The newest file is uploaded while ingest writes it (archive/growing.py) and its object completed
+once it is closed and its events verify; a file that upload could not follow (the store down, the
+relay started after it closed) is checked and uploaded whole once closed.
 
 A file is archived once its meta document is in the store (relay/archive/objects.py): only then
 may storage.retention remove the local copy (RetentionKeeper asks ``archived_names``).  The list
@@ -19,6 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -28,6 +33,8 @@ from ..storage.files import DataDirLock, atomic_write, make_durable_dir
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
+from ..trio_run import run_abandonable
+from .growing import GrowingFile, UploadStopped
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
 from .objects import (
     ArchivedFile,
@@ -91,6 +98,8 @@ class Archiver:
         self.url = str(settings.store.url)
         self.files: dict[str, ArchivedFile] = self._load_catalog()
         self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
+        self._growing: dict[str, GrowingFile] = {}  # the newest file, uploaded as ingest writes it
+        self._not_followed: set[str] = set()  # whose upload while written failed: uploaded once closed
         self._backoff = MIN_BACKOFF
 
     # ------------------------------------------------------------ what is archived
@@ -104,6 +113,11 @@ class Archiver:
         return [name for name in closed if name not in self.files and name not in self.relay_log.damaged
                 and name not in self._unverifiable]
 
+    def _closed_to_upload(self) -> list[str]:
+        """What the closed files' uploads take: the pending files but those whose upload followed
+        them while they were written and is finishing."""
+        return [name for name in self.pending() if name not in self._growing]
+
     def lag(self) -> tuple[int, int]:
         """Files and bytes closed but not archived."""
         names = self.pending()
@@ -112,16 +126,21 @@ class Archiver:
     # ------------------------------------------------------------ the task
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._follow_newest)
+            await self._archive_closed_files()
+
+    async def _archive_closed_files(self) -> None:
         while True:
             try:
                 if self.store is None:
                     await self._connect()
-                for batch in self._batches(self.pending()):
+                for batch in self._batches(self._closed_to_upload()):
                     await self._archive(batch)
                 await self._apply_retention()
                 self._backoff = MIN_BACKOFF
                 self.status.store_ok = True
-                if not self.pending():  # files closed meanwhile go up at once
+                if not self._closed_to_upload():  # files closed meanwhile go up at once
                     await trio.sleep(CHECK_SECONDS)
             except (RelayError, OSError) as exc:
                 # The store is down, refuses us, or answered with damage: ingest and serving go on;
@@ -177,18 +196,79 @@ class Archiver:
         failure: BaseException | None = None
         for name, outcome in zip(names, outcomes, strict=True):
             if isinstance(outcome, ArchivedFile):
-                self._record(name, outcome, time.monotonic() - started)
+                self._record(name, outcome, f"{time.monotonic() - started:.1f} s")
             elif isinstance(outcome, BinlogImportError):
-                self._unverifiable.add(name)
-                self.status.failed("verify")
-                log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
-                          "disk until it is repaired", name, outcome)
+                self._unverified(name, outcome)
             else:
                 self.status.failed("upload")
                 failure = failure or outcome
         self._save_catalog()
         if failure is not None:
             raise failure
+
+    # ------------------------------------------------------------ the newest file, as it grows
+
+    async def _follow_newest(self) -> None:
+        """Upload the newest stored file while ingest writes it: its chunks are compressed and its
+        parts sent as they are committed, so a file is archived about as soon as it is closed, and
+        an archive keeps up with an ingest burst as long as the two together fit the machine (the
+        closed files' uploads would only begin after it).  Followed once the store answers; a
+        follow that fails leaves the file to the closed files' uploads."""
+        seen: tuple[str, int] | None = None
+        async with trio.open_nursery() as nursery:
+            while True:
+                for growing in list(self._growing.values()):
+                    self._tell(growing)
+                newest = self.relay_log.files[-1] if self.relay_log.files else None
+                if (self.store is not None and newest is not None and newest not in self._growing
+                        and newest not in self.files and newest not in self._not_followed):
+                    growing = self._growing[newest] = GrowingFile(newest, self.relay_log.path(newest), check_file)
+                    self._tell(growing)
+                    nursery.start_soon(self._upload_growing, growing, self.store)
+                seen = await self.relay_log.wait_for_commit(seen)
+
+    def _tell(self, growing: GrowingFile) -> None:
+        files = self.relay_log.files
+        if growing.name not in files:  # taken away (never while not archived, but not ours to upload)
+            growing.stop()
+            return
+        closed = growing.name != files[-1]
+        try:
+            growing.grew(self.relay_log.path(growing.name).stat().st_size if closed
+                         else self.relay_log.file_end(growing.name), closed)
+        except OSError:
+            growing.stop()  # and the file is uploaded once closed, if it is still there
+
+    async def _upload_growing(self, growing: GrowingFile, store: ObjectStore) -> None:
+        name = growing.name
+        kek = self.settings.keks[0] if self.settings.keks else None
+        try:
+            archived = await run_abandonable(partial(upload, store, growing.path, name, kek=kek,
+                                                     level=self.settings.level, read_back=self.settings.read_back,
+                                                     chunks=growing.chunks))
+        except trio.Cancelled:
+            growing.stop()  # the thread aborts the upload
+            raise
+        except BinlogImportError as exc:
+            self._unverified(name, exc)
+        except (RelayError, OSError) as exc:
+            self._not_followed.add(name)
+            if not isinstance(exc, UploadStopped):
+                self.status.failed("upload")
+                log.warning("archive: the upload of %s while it was written failed (%s); it is uploaded again "
+                            "once closed", name, exc)
+        else:
+            closed_at = growing.closed_at or time.monotonic()
+            try:
+                self._record(name, archived, f"{time.monotonic() - closed_at:.1f} s after it closed")
+                self._save_catalog()
+            except (OSError, RelayError) as exc:  # the store lists it: a restart knows (archive.json is a copy)
+                log.error("archive: %s is archived, but %s could not be written (%s); written again with the "
+                          "next upload", name, CATALOG, exc)
+        finally:
+            del self._growing[name]
+
+    # ------------------------------------------------------------ the closed files
 
     def _check_and_upload(self, names: list[str]) -> list[ArchivedFile | BaseException]:
         """Blocking: each file checked and uploaded in a thread of its own; what each came to."""
@@ -207,7 +287,13 @@ class Archiver:
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="archive-upload") as pool:
             return list(pool.map(one, names))
 
-    def _record(self, name: str, archived: ArchivedFile, seconds: float) -> None:
+    def _unverified(self, name: str, exc: BinlogImportError) -> None:
+        self._unverifiable.add(name)
+        self.status.failed("verify")
+        log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
+                  "disk until it is repaired", name, exc)
+
+    def _record(self, name: str, archived: ArchivedFile, took: str) -> None:
         summary = self.relay_log.history.summary(name)  # the file is still stored: its index tells
         if summary is not None:
             archived = replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
@@ -215,8 +301,8 @@ class Archiver:
         self.status.uploaded_files += 1
         self.status.uploaded_file_bytes += archived.file_size
         self.status.uploaded_object_bytes += archived.object_size
-        log.info("archive: %s uploaded and verified (%d bytes, %d stored, %.1f s)", name, archived.file_size,
-                 archived.object_size, seconds)
+        log.info("archive: %s uploaded and verified (%d bytes, %d stored, %s)", name, archived.file_size,
+                 archived.object_size, took)
 
     async def _apply_retention(self) -> None:
         doomed = self.to_delete(time.time())

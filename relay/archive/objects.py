@@ -139,14 +139,17 @@ class UploadMismatch(ArchiveDamaged):
 
 
 def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
-           chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS,
-           read_back: bool = False) -> ArchivedFile:
+           chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS, read_back: bool = False,
+           chunks: Callable[[int], Iterable[bytes]] | None = None) -> ArchivedFile:
     """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
     stream it into its object (``workers`` chunks compressed at once), check that the store holds
-    exactly what was sent (verify_upload), then store the meta document, which commits it."""
+    exactly what was sent (verify_upload), then store the meta document, which commits it.
+    ``chunks(chunk_size)``, if given, is where the file's bytes come from instead, as it is still
+    written (archive/growing.py): the object is completed once that ends."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
+    source = chunks(chunk_size) if chunks is not None else _file_chunks(path, chunk_size)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
-        sent = store.put(object_key(name), _object_frames(path, writer, pool, workers))
+        sent = store.put(object_key(name), _object_frames(source, writer, pool, workers))
     meta = writer.meta
     assert meta is not None  # set by finish(), which _object_frames called
     how = verify_upload(store, meta, sent, [kek] if kek is not None else [], read_back)
@@ -194,22 +197,27 @@ class _Digest:
 
 def in_order(pool: Executor, work: Callable[[T], R], items: Iterable[T], ahead: int) -> Iterator[R]:
     """``work(item)`` for each item, done in ``pool``, the results in the items' order: at most
-    ``ahead`` items are taken beyond the result being waited for, so memory stays bounded."""
+    ``ahead`` items are taken beyond the result being waited for, so memory stays bounded; a result
+    is given as soon as those before it are, not held until more items come (they may come slowly:
+    a file still written)."""
     pending: collections.deque[Future[R]] = collections.deque()
     for item in items:
         pending.append(pool.submit(work, item))
-        if len(pending) > ahead:
+        while pending and (len(pending) > ahead or pending[0].done()):
             yield pending.popleft().result()
     while pending:
         yield pending.popleft().result()
 
 
-def _object_frames(path: Path, writer: ObjectWriter, pool: Executor, ahead: int) -> Iterator[bytes]:
-    """The object's bytes: the file's chunks encoded in ``pool``, ``ahead`` of the upload."""
+def _file_chunks(path: Path, chunk_size: int) -> Iterator[bytes]:
     with open(path, "rb") as stream:
-        chunks = enumerate(iter(lambda: stream.read(writer.chunk_size), b""))
-        for frame in in_order(pool, lambda numbered: writer.encode(*numbered), chunks, ahead):
-            yield writer.add(frame)
+        yield from iter(lambda: stream.read(chunk_size), b"")
+
+
+def _object_frames(chunks: Iterable[bytes], writer: ObjectWriter, pool: Executor, ahead: int) -> Iterator[bytes]:
+    """The object's bytes: the file's chunks encoded in ``pool``, ``ahead`` of the upload."""
+    for frame in in_order(pool, lambda numbered: writer.encode(*numbered), enumerate(chunks), ahead):
+        yield writer.add(frame)
     yield writer.finish()
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from relay.archive.growing import FileChanged, GrowingFile, UploadStopped
 from relay.archive.objectformat import ArchiveDamaged, ObjectMeta, ObjectWriter
 from relay.archive.objects import (
     FETCH_CONCURRENCY,
@@ -30,6 +32,8 @@ from relay.archive.objects import (
     verify_upload,
 )
 from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store
+from relay.sandbox.polling import wait_for
+from relay.storage.importer import BinlogImportError, check_file
 
 if TYPE_CHECKING:
     from tests.support.s3 import S3Server
@@ -162,3 +166,108 @@ def test_opening_an_archived_file_tells_what_is_missing(s3_server: S3Server, tmp
     s3_server.client().delete_object(Bucket=s3_server.bucket, Key=f"archive/{meta_key(source.name)}")
     with pytest.raises(ObjectMissing, match="mysql-bin.000004 is not in the archive"):
         ArchivedFileReader(store, source.name, [])
+
+
+def random_rows_binlog(mariadb_factory: Any, rows_mib: int) -> bytes:
+    """A closed binlog file of a real primary holding ``rows_mib`` MiB of random bytes in row events
+    (incompressible: the object is as large as the file)."""
+    primary = mariadb_factory(server_id=1, extra_args=["--binlog-format=ROW"])
+    primary.sql("CREATE DATABASE IF NOT EXISTS test")
+    primary.sql("CREATE TABLE test.t (b BLOB) ENGINE=InnoDB")
+    for _ in range(rows_mib):
+        primary.sql("INSERT INTO test.t SELECT RANDOM_BYTES(1024) FROM test.seq_1_to_1024")
+    name = primary.master_status()[0]
+    primary.sql("FLUSH BINARY LOGS")
+    return primary.binlog_path(name).read_bytes()
+
+
+class Writer:
+    """The file as ingest writes it: appended to, then told committed (and at last closed)."""
+
+    def __init__(self, path: Path, data: bytes) -> None:
+        self.path, self.data, self.written = path, data, 0
+        self.growing = GrowingFile(path.name, path, check_file)
+        path.write_bytes(b"")
+
+    def write_to(self, end: int, close: bool = False) -> None:
+        with open(self.path, "ab") as stream:
+            stream.write(self.data[self.written:end])
+        self.written = end
+        self.growing.grew(end, close)
+
+
+def uploading(store: S3Store, writer: Writer) -> tuple[threading.Thread, dict[str, Any]]:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["archived"] = upload(store, writer.path, writer.path.name, chunk_size=CHUNK,
+                                         chunks=writer.growing.chunks)
+        except BaseException as exc:  # noqa: BLE001 - the test looks at what it was
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_file_still_written_goes_up_part_by_part_and_is_completed_once_closed(
+        mariadb_factory: Any, s3_server: S3Server, tmp_path: Path) -> None:
+    data = random_rows_binlog(mariadb_factory, 14)
+    store = store_of(s3_server)
+    key = f"archive/{object_key('mysql-bin.000001')}"
+
+    def parts_sent() -> int:
+        uploads = s3_server.incomplete_uploads("archive/")
+        if not uploads:
+            return 0
+        return len(s3_server.client().list_parts(Bucket=s3_server.bucket, Key=key,
+                                                 UploadId=uploads[0]["UploadId"]).get("Parts", []))
+
+    writer = Writer(tmp_path / "mysql-bin.000001", data)
+    thread, outcome = uploading(store, writer)
+    writer.write_to(len(data) - 3 * MIB)
+    # parts go up as the file grows, and nothing looks like an archived file before it closes
+    wait_for(lambda: parts_sent() >= 1, 30, "no part sent while the file was written")
+    assert store.head(object_key("mysql-bin.000001")) is None and store.head(meta_key("mysql-bin.000001")) is None
+    sent_before_close = parts_sent()
+    writer.write_to(len(data), close=True)
+    thread.join(60)
+    assert "error" not in outcome, outcome
+    assert outcome["archived"].file_size == len(data)
+    assert sent_before_close >= 1 and not s3_server.incomplete_uploads("archive/")
+    ArchivedFileReader(store, "mysql-bin.000001", []).copy_to(tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == data
+
+    # stopped before the file closed (the relay stopping): the upload is aborted, nothing left
+    stopped = Writer(tmp_path / "mysql-bin.000002", data)
+    thread, outcome = uploading(store, stopped)
+    stopped.write_to(len(data) // 2)
+    wait_for(lambda: bool(s3_server.incomplete_uploads("archive/")), 30, "the upload never began")
+    stopped.growing.stop()
+    thread.join(60)
+    assert isinstance(outcome.get("error"), UploadStopped), outcome
+    assert not s3_server.incomplete_uploads("archive/")
+    assert store.head(object_key("mysql-bin.000002")) is None
+
+    # closed with an event that fails its checksum (past what was already sent): not completed
+    damaged = bytearray(data)
+    damaged[len(data) - 1000] ^= 0x01
+    bad = Writer(tmp_path / "mysql-bin.000003", bytes(damaged))
+    thread, outcome = uploading(store, bad)
+    bad.write_to(len(data), close=True)
+    thread.join(60)
+    assert isinstance(outcome.get("error"), BinlogImportError), outcome
+    assert not s3_server.incomplete_uploads("archive/")
+    assert store.head(object_key("mysql-bin.000003")) is None and store.head(meta_key("mysql-bin.000003")) is None
+
+    # cut below what was committed while it was read: refused, not uploaded as it stands
+    cut = Writer(tmp_path / "mysql-bin.000004", data)
+    thread, outcome = uploading(store, cut)
+    cut.write_to(6 * MIB)
+    wait_for(lambda: bool(s3_server.incomplete_uploads("archive/")), 30, "the upload never began")
+    os.truncate(cut.path, 5 * MIB)
+    cut.growing.grew(len(data), False)
+    thread.join(60)
+    assert isinstance(outcome.get("error"), FileChanged), outcome
+    assert not s3_server.incomplete_uploads("archive/")
