@@ -120,6 +120,7 @@ class Relay:
                 nursery.start_soon(self.relay_log.history.index_stored_files)
                 nursery.start_soon(self._sync_timer)
                 nursery.start_soon(self._retention_timer)
+                nursery.start_soon(self._book_new_replicas)
                 if self.archiver is not None:
                     nursery.start_soon(self.archiver.run)
                 task_status.started(self)
@@ -132,12 +133,26 @@ class Relay:
             await trio.sleep(RETENTION_CHECK_SECONDS)
             now = time.time()
             try:
-                for dump in list(self.registry.all_dumps):
-                    self.replica_book.seen(dump.server_id, dump.file, now)
-                self.replica_book.save(now)
+                self._book_replicas(now)
                 self.retention.enforce(now)
             except (OSError, DataDirError) as exc:  # retried on the next round, never fatal
                 log.error("retention: purge failed: %s", exc)
+
+    async def _book_new_replicas(self) -> None:
+        """A replica is in the book as soon as its dump starts, not at the next retention round: a
+        relay that dies (or loses power) in between would not know, once back, which files the
+        replica comes back for, and could purge them."""
+        while True:
+            await self.registry.wait_for_new_dump()
+            try:
+                self._book_replicas(time.time())
+            except OSError as exc:  # written again at the next round
+                log.error("retention: cannot write the replica book: %s", exc)
+
+    def _book_replicas(self, now: float) -> None:
+        for dump in list(self.registry.all_dumps):
+            self.replica_book.seen(dump.server_id, dump.file, now)
+        self.replica_book.save(now)
 
     async def _sync_timer(self) -> None:
         # With sync: interval an idle upstream sends no more writes, so flush on a clock too.

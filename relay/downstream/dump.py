@@ -530,6 +530,7 @@ async def serve_dump(context: SessionContext, request: DumpRequest, conn: proto.
             raise DumpError(same_id_message(request.server_id))
         reader, start = await dump.planned()
         conn.semi_sync = state.semi_sync = request.semi_sync
+        state.file, state.position = reader.file, reader.position  # what the replica book records at once
         registry.start_dump(state)
         log.info("downstream %s: dump for server_id %d from %s:%d%s", peer, request.server_id,
                  reader.file or "(first)", reader.position,

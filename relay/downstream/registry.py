@@ -55,6 +55,7 @@ class Registry:
         self.questions = 0
         self.commands: dict[str, int] = {}
         self._ack_event = trio.Event()
+        self._new_dump = trio.Event()
         self._read_buffer = memoryview(bytearray(0))
 
     def read_buffer(self, size: int) -> memoryview:
@@ -93,6 +94,12 @@ class Registry:
         if older is not None:
             older.cancel_scope.cancel()
         self.dumps[dump.server_id] = dump
+        self._new_dump.set()
+        self._new_dump = trio.Event()
+
+    async def wait_for_new_dump(self) -> None:
+        """Until a replica (server_id not 0) starts a dump."""
+        await self._new_dump.wait()
 
     def end_dump(self, dump: DumpState) -> None:
         self.all_dumps.discard(dump)

@@ -2,6 +2,10 @@
 
 import json
 
+import trio
+import trio.testing
+
+from relay.downstream.registry import DumpState, Registry
 from relay.storage.replicabook import BOOK_FILE, ReplicaBook
 
 GRACE = 3600.0
@@ -39,3 +43,29 @@ def test_an_unreadable_book_protects_nothing_and_is_reported(tmp_path, caplog):
     book.load()
     assert book.needed(now=0.0) == set()
     assert "ignoring unreadable" in caplog.text
+
+
+def test_a_replicas_dump_start_wakes_the_booking_at_once_a_tools_does_not():
+    """The relay books a replica when its dump starts (relay/app.py waits on this), not at the next
+    retention round: a relay killed in between would not know, once back, which files it needs."""
+    registry = Registry()
+    woken: list[int] = []
+
+    async def main() -> None:
+        async def booking() -> None:
+            while True:
+                await registry.wait_for_new_dump()
+                woken.append(len(registry.dumps))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(booking)
+            await trio.testing.wait_all_tasks_blocked()
+            registry.start_dump(DumpState(0, "tool", trio.CancelScope(), "mysql-bin.000001", 4))
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == []
+            registry.start_dump(DumpState(11, "replica", trio.CancelScope(), "mysql-bin.000002", 4))
+            await trio.testing.wait_all_tasks_blocked()
+            assert woken == [1]
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
