@@ -298,6 +298,7 @@ class Archiver:
         if summary is not None:
             archived = replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
         self.files[name] = archived
+        self._not_followed.discard(name)
         self.status.uploaded_files += 1
         self.status.uploaded_file_bytes += archived.file_size
         self.status.uploaded_object_bytes += archived.object_size
