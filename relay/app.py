@@ -102,6 +102,7 @@ class Relay:
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)
         self.replica_book.load()
+        self._book_lock = trio.Lock()
         self.retention = RetentionKeeper(self.relay_log, RetentionPolicy(
             retention.max_size, retention.max_age, retention.min_files), self.registry.files_in_use,
             self.replica_book.needed, self.archiver.archived_names if self.archiver else None)
@@ -133,7 +134,7 @@ class Relay:
             await trio.sleep(RETENTION_CHECK_SECONDS)
             now = time.time()
             try:
-                self._book_replicas(now)
+                await self._book_replicas(now)
                 self.retention.enforce(now)
             except (OSError, DataDirError) as exc:  # retried on the next round, never fatal
                 log.error("retention: purge failed: %s", exc)
@@ -145,14 +146,19 @@ class Relay:
         while True:
             await self.registry.wait_for_new_dump()
             try:
-                self._book_replicas(time.time())
+                await self._book_replicas(time.time())
             except OSError as exc:  # written again at the next round
                 log.error("retention: cannot write the replica book: %s", exc)
 
-    def _book_replicas(self, now: float) -> None:
-        for dump in list(self.registry.all_dumps):
-            self.replica_book.seen(dump.server_id, dump.file, now)
-        self.replica_book.save(now)
+    async def _book_replicas(self, now: float) -> None:
+        """The book written in a worker thread: its fsyncs would hold up every dump (a replica's
+        first event among them), one write at a time."""
+        async with self._book_lock:
+            for dump in list(self.registry.all_dumps):
+                self.replica_book.seen(dump.server_id, dump.file, now)
+            document = self.replica_book.to_write(now)
+            if document is not None:
+                await trio.to_thread.run_sync(self.replica_book.write, document)
 
     async def _sync_timer(self) -> None:
         # With sync: interval an idle upstream sends no more writes, so flush on a clock too.

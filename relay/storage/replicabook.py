@@ -57,15 +57,30 @@ class ReplicaBook:
         return {s.file for s in self._sightings.values() if now - s.seen_at <= self.grace}
 
     def save(self, now: float) -> None:
-        """Write the book if a replica moved to another file or one expired; a sighting that only
-        got newer is written at most once a grace tenth, which keeps a restart conservative."""
+        """Write the book if it changed enough (``to_write``)."""
+        document = self.to_write(now)
+        if document is not None:
+            self.write(document)
+
+    def to_write(self, now: float) -> bytes | None:
+        """The book to write if a replica came, moved to another file or expired (a sighting that
+        only got newer is written at most once a grace tenth, which keeps a restart conservative),
+        else None; once taken, it counts as written (``write`` undoes that if it fails)."""
         self._sightings = {server_id: s for server_id, s in self._sightings.items() if now - s.seen_at <= self.grace}
         if self._sightings == self._saved:
-            return
+            return None
         if self._sightings.keys() == self._saved.keys() and all(
                 s.file == self._saved[i].file and s.seen_at - self._saved[i].seen_at < self.grace / 10
                 for i, s in self._sightings.items()):
-            return
+            return None
         entries = {str(server_id): {"file": s.file, "seen_at": s.seen_at} for server_id, s in self._sightings.items()}
-        atomic_write(self.path, json.dumps(entries, indent=1, sort_keys=True).encode())
         self._saved = dict(self._sightings)
+        return json.dumps(entries, indent=1, sort_keys=True).encode()
+
+    def write(self, document: bytes) -> None:
+        """Blocking (a worker thread may run it): ``document`` made durable as the book."""
+        try:
+            atomic_write(self.path, document)
+        except OSError:
+            self._saved = {}  # the next to_write gives the book again
+            raise
