@@ -242,7 +242,7 @@ def test_a_file_still_written_goes_up_part_by_part_and_is_completed_once_closed(
     # stopped before the file closed (the relay stopping): the upload is aborted, nothing left
     stopped = Writer(tmp_path / "mysql-bin.000002", data)
     thread, outcome = uploading(store, stopped)
-    stopped.write_to(len(data) // 2)
+    stopped.write_to(10 * MIB)  # the last chunks' frames wait for more (in_order): 10 make the 5 MiB to begin
     wait_for(lambda: bool(s3_server.incomplete_uploads("archive/")), 30, "the upload never began")
     stopped.growing.stop()
     thread.join(60)
@@ -264,7 +264,7 @@ def test_a_file_still_written_goes_up_part_by_part_and_is_completed_once_closed(
     # cut below what was committed while it was read: refused, not uploaded as it stands
     cut = Writer(tmp_path / "mysql-bin.000004", data)
     thread, outcome = uploading(store, cut)
-    cut.write_to(6 * MIB)
+    cut.write_to(10 * MIB)
     wait_for(lambda: bool(s3_server.incomplete_uploads("archive/")), 30, "the upload never began")
     os.truncate(cut.path, 5 * MIB)
     cut.growing.grew(len(data), False)
