@@ -56,12 +56,6 @@ class ReplicaBook:
         """The files of replicas seen within the grace period."""
         return {s.file for s in self._sightings.values() if now - s.seen_at <= self.grace}
 
-    def save(self, now: float) -> None:
-        """Write the book if it changed enough (``to_write``)."""
-        document = self.to_write(now)
-        if document is not None:
-            self.write(document)
-
     def to_write(self, now: float) -> bytes | None:
         """The book to write if a replica came, moved to another file or expired (a sighting that
         only got newer is written at most once a grace tenth, which keeps a restart conservative),

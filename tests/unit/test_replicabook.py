@@ -11,12 +11,19 @@ from relay.storage.replicabook import BOOK_FILE, ReplicaBook
 GRACE = 3600.0
 
 
+def save(book: ReplicaBook, now: float) -> None:
+    """What relay/app.py does, in one thread: the book written if it changed enough."""
+    document = book.to_write(now)
+    if document is not None:
+        book.write(document)
+
+
 def test_a_replica_seen_within_the_grace_keeps_its_file_across_a_restart(tmp_path):
     book = ReplicaBook(tmp_path, GRACE)
     book.load()
     book.seen(5, "mysql-bin.000003", now=1000.0)
     book.seen(0, "mysql-bin.000001", now=1000.0)  # a tool's one-off dump: not a replica
-    book.save(now=1000.0)
+    save(book, now=1000.0)
     again = ReplicaBook(tmp_path, GRACE)
     again.load()
     assert again.needed(now=1000.0 + GRACE) == {"mysql-bin.000003"}
@@ -28,12 +35,12 @@ def test_moving_to_another_file_is_written_at_once_and_expired_replicas_are_drop
     book.load()
     book.seen(5, "mysql-bin.000003", now=1000.0)
     book.seen(6, "mysql-bin.000002", now=1000.0)
-    book.save(now=1000.0)
+    save(book, now=1000.0)
     book.seen(5, "mysql-bin.000004", now=1001.0)
-    book.save(now=1001.0)
+    save(book, now=1001.0)
     assert json.loads((tmp_path / BOOK_FILE).read_text())["5"]["file"] == "mysql-bin.000004"
     book.seen(5, "mysql-bin.000004", now=1000.0 + GRACE + 10)
-    book.save(now=1000.0 + GRACE + 10)  # replica 6 was last seen more than the grace ago
+    save(book, now=1000.0 + GRACE + 10)  # replica 6 was last seen more than the grace ago
     assert set(json.loads((tmp_path / BOOK_FILE).read_text())) == {"5"}
 
 
