@@ -16,7 +16,9 @@
 #   4. ruff over relay, tests and bench, and mypy over relay (both configured in pyproject.toml,
 #      both from the test extra): any finding fails the script before pytest starts, whatever
 #      the pytest arguments.
-# Env: PYTHON (default python3).
+#   5. pytest, the tests spread over TEST_WORKERS processes (pytest-xdist; default 2, 0 runs them
+#      in this one), a test file's tests all in one process (their module fixtures made once).
+# Env: PYTHON (default python3), TEST_WORKERS (default 2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/setup.sh
@@ -34,4 +36,4 @@ install_python_deps '.[test]'
 bash scripts/install-tools.sh  # helm, hadolint, kubernetes-validate for tests/deploy
 "$PYTHON" -m ruff check relay tests bench
 "$PYTHON" -m mypy relay  # tests/ is not type-checked (yet)
-exec "$PYTHON" -m pytest -q -ra --timeout=600 --durations=25 "$@"
+exec "$PYTHON" -m pytest -q -ra --timeout=600 --durations=25 -n "${TEST_WORKERS:-2}" --dist loadfile "$@"

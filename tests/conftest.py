@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from relay.sandbox.mariadb import (  # noqa: E402 - needs the sys.path line abov
     kill_all_servers,
     set_template_parent,
 )
+from relay.sandbox.ports import use_port_range  # noqa: E402 - needs the sys.path line above
 from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line above
     MariaDB,
     MariaDBFactory,
@@ -31,6 +33,23 @@ from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line abov
 pytest_plugins = ["tests.support.replication", "tests.support.s3"]
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+# ------------------------------------------------------------------ ports
+
+# The servers' ports come from below the kernel's ephemeral range (32768 and up on Linux), which
+# client sockets take theirs from; each worker of a parallel run (pytest-xdist, scripts/test.sh)
+# takes its own slice, so two never pick the same port before a server binds it.
+TEST_PORTS = (10000, 32767)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    first, last = TEST_PORTS
+    span = (last - first + 1) // workers
+    start = first + int(worker.removeprefix("gw")) * span
+    use_port_range(start, start + span - 1)
 
 
 # ------------------------------------------------------------------ --run-slow
