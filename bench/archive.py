@@ -26,14 +26,18 @@ one run:
    from the first look on over the ingest time; it may have stored some before it listened), the
    time the archive lagged (a closed file not archived yet) and the closed files' bytes over it, the
    drain after ingest ended.  CPU: the relay's and moto's (/proc) over the round.  moto is forgotten
-   (reset) between rounds.
+   (reset) between rounds.  Beside the goal, the best ratio the machine allows whatever the relay
+   does (archive_cpu_bound): the CPU seconds no archive can skip (ingest's own, measured alone;
+   compressing the closed files, part 4; the store's) spread perfectly over every CPU.
 2. **Serving an archived file**, --rounds times: the relay of the last round, restarted (its shelf
    of fetched copies is emptied at start), serves the largest closed file, which only the archive
    holds now, to ``mariadb-binlog --read-from-remote-server --raw FILE``: the *first read* fetches it
    back from the store frame by frame, the *second* reads the shelf's copy; the reference is the same
    file *local*: a second relay (no archive) whose data_dir got that file by ``binlog-relay import``
    of the primary's copy.  Every copy is compared byte for byte with the primary's file; seconds are
-   the mariadb-binlog process's.  Goal: archived (first read) MiB/s / local MiB/s >= 0.5.
+   the mariadb-binlog process's.  Goal: archived (first read) MiB/s / local MiB/s >= 0.5.  Beside it,
+   the best the machine allows (serve_cpu_bound): a local read's CPU seconds, decoding the file
+   (part 4) and the store's CPU seconds during a first read, spread perfectly over every CPU.
 3. **Following a live primary**, once: a second primary (its own sandbox in the work dir, the same
    max_binlog_size) written by sysbench oltp_write_only at full speed (4 threads, no rate limit) for
    --live-seconds, a fresh relay with the archive following it from its first file.  /metrics every
@@ -225,16 +229,20 @@ def wait_metrics(relay: RelayProcess, ready: Any, timeout: float, what: str) -> 
 # ================================================================ 1. archive vs ingest
 
 
-def ingest_alone_round(args: argparse.Namespace, files: list[BinlogFile], work: Path) -> float:
-    """The same relay without an archive: seconds from its first look to the primary's end."""
+def ingest_alone_round(args: argparse.Namespace, primary_pid: int, files: list[BinlogFile],
+                       work: Path) -> tuple[float, float]:
+    """The same relay without an archive: seconds from its first look to the primary's end, and the
+    CPU seconds the relay and the primary spent from the relay's spawn to then."""
     target = _target(files)
     settle()
+    primary_cpu0 = cpu_seconds(primary_pid)
     relay = start_archiving_relay(work, args.port, None, args.level)
     try:
         started = time.monotonic()
         wait_metrics(relay, lambda values: _committed(values) == target, args.timeout,
                      "the relay without an archive did not ingest the binlog")
-        return max(time.monotonic() - started, POLL)
+        seconds = max(time.monotonic() - started, POLL)
+        return seconds, cpu_seconds(relay.pid) + cpu_seconds(primary_pid) - primary_cpu0
     finally:
         stop_relay(relay)
 
@@ -371,7 +379,7 @@ def restart_archived(args: argparse.Namespace, relay: RelayProcess, files: list[
 
 
 def read_file(args: argparse.Namespace, relay: RelayProcess, chosen: BinlogFile, source: str,
-              work: Path) -> dict[str, Any]:
+              work: Path, store_pid: int) -> dict[str, Any]:
     """``mariadb-binlog --read-from-remote-server --raw`` of the one file from ``relay``, checked byte
     for byte against the primary's; its wall time, the relay's CPU and the bytes it fetched back from
     the archive meanwhile.  The archiving relay's copy on its shelf must be fetched by the first read
@@ -384,11 +392,11 @@ def read_file(args: argparse.Namespace, relay: RelayProcess, chosen: BinlogFile,
                          "before the read")
     settle()
     served_before = metric_samples(relay.metrics_port).get(f"{M}archive_served_bytes_total", 0.0)
-    cpu_before = cpu_seconds(relay.pid)
+    cpu_before, store_cpu_before = cpu_seconds(relay.pid), cpu_seconds(store_pid)
     run = run_measured([MARIADB_BINLOG, "--no-defaults", "--read-from-remote-server", "--raw",
                         f"--host={LOOPBACK}", f"--port={relay.port}", f"--user={REPL_USER}",
                         f"--password={REPL_PASSWORD}", f"--result-file={out}/", chosen.name], timeout=args.timeout)
-    server_cpu = cpu_seconds(relay.pid) - cpu_before
+    server_cpu, store_cpu = cpu_seconds(relay.pid) - cpu_before, cpu_seconds(store_pid) - store_cpu_before
     if problem := run.failed():
         raise BenchError(f"mariadb-binlog of {chosen.name} ({source}) failed: {problem}\n{relay.log_tail()}")
     got = sorted(p.name for p in out.iterdir())
@@ -411,8 +419,8 @@ def read_file(args: argparse.Namespace, relay: RelayProcess, chosen: BinlogFile,
         raise BenchError(f"{source}: the relay fetched {fetched:.0f} bytes back from the archive, expected at least "
                          f"{own} (is {chosen.name} really only in the archive?)")
     return {"source": source, "seconds": run.wall_s, "mib_per_s": mib(chosen.size) / run.wall_s,
-            "server_cpu_s": server_cpu, "client_cpu_s": run.user_s + run.sys_s, "fetched_bytes": own,
-            "fetched_after_bytes": fetched - own, "verified": True}
+            "server_cpu_s": server_cpu, "client_cpu_s": run.user_s + run.sys_s, "store_cpu_s": store_cpu,
+            "fetched_bytes": own, "fetched_after_bytes": fetched - own, "verified": True}
 
 
 def _shelf_copy(relay: RelayProcess, name: str) -> tuple[int, int] | None:
@@ -583,10 +591,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         archive_runs: list[dict[str, Any]] = []
         for round_no in range(1, args.rounds + 1):
             log(f"archive round {round_no}/{args.rounds}: ingest and archive")
-            alone_s = ingest_alone_round(args, files, work / "alone")
+            alone_s, alone_cpu = ingest_alone_round(args, primary_pid(primary), files, work / "alone")
             record, archiving = archive_round(args, store, files, work / "archiving")
             alone_rate = mib(total) / alone_s
             record.update(round=round_no, ingest_alone_s=alone_s, ingest_alone_mib_per_s=alone_rate,
+                          ingest_alone_cpu_s=alone_cpu,
                           ingest_cost=record["ingest_s"] / alone_s,
                           ratio=record["archive_end_to_end_mib_per_s"] / alone_rate)
             archive_runs.append(record)
@@ -607,7 +616,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         for round_no in range(1, args.rounds + 1):
             restart_archived(args, archiving, files)
             for source, relay in ((FIRST, archiving), (SHELF, archiving), (LOCAL, local)):
-                record = read_file(args, relay, chosen, source, work)
+                record = read_file(args, relay, chosen, source, work, store.moto.pid)
                 record["round"] = round_no
                 serve_runs.append(record)
                 log(f"serve round {round_no}/{args.rounds}: {source}: {record['seconds']:.3f} s, "
@@ -655,7 +664,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "served_file": {"name": chosen.name, "bytes": chosen.size, "mib": mib(chosen.size)},
             "rounds": args.rounds, "archive_runs": archive_runs, "serve_runs": serve_runs, "live": live,
             "compression_runs": compression_runs,
-            "summary": summarize(archive_runs, serve_runs, compression_runs),
+            "summary": summarize(archive_runs, serve_runs, compression_runs, relay_variant, chosen.size),
         }
     finally:
         stop_relay(local)
@@ -664,6 +673,13 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             store.moto.stop()
         shutil.rmtree(work / "read", ignore_errors=True)  # the data_dirs went with their relays; logs stay
         finish_primary(args, primary)
+
+
+def primary_pid(primary: LocalMariaDB) -> int:
+    pid = primary.pid
+    if pid is None:
+        raise BenchError("the primary is not running")
+    return pid
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -677,10 +693,12 @@ ARCHIVE_FIGURES = ("ingest_alone_s", "ingest_alone_mib_per_s", "ingest_s", "inge
 
 
 def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any]],
-              compression_runs: list[dict[str, Any]]) -> dict[str, Any]:
+              compression_runs: list[dict[str, Any]], relay_variant: str, served_bytes: int) -> dict[str, Any]:
     archive = {name: _spread([r[name] for r in archive_runs]) for name in ARCHIVE_FIGURES}
     ratio = archive["ratio"]["median"]
     archive["headline"] = {"ratio": ratio, "goal": ARCHIVE_GOAL, "goal_met": ratio >= ARCHIVE_GOAL}
+    relays_own = [r for r in compression_runs if r["variant"] == relay_variant]
+    archive["cpu_bound"] = archive_cpu_bound(archive_runs, median(r["compress_cpu_s"] for r in relays_own))
     serve: dict[str, Any] = {}
     for source in (FIRST, SHELF, LOCAL):
         mine = [r for r in serve_runs if r["source"] == source]
@@ -692,6 +710,8 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
         serve[source]["ratio"] = serve[source]["mib_per_s"]["median"] / local
     serve["headline"] = {"ratio": serve[FIRST]["ratio"], "shelf_ratio": serve[SHELF]["ratio"], "goal": SERVE_GOAL,
                          "goal_met": serve[FIRST]["ratio"] >= SERVE_GOAL}
+    decode_s = median(r["decode_cpu_s_per_gib"] for r in relays_own) * served_bytes / GIB
+    serve["cpu_bound"] = serve_cpu_bound(serve_runs, decode_s)
     compression = {}
     for variant in dict.fromkeys(r["variant"] for r in compression_runs):
         mine = [r for r in compression_runs if r["variant"] == variant]
@@ -699,6 +719,41 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
                                 **{name: _spread([r[name] for r in mine]) for name in (
                                     "compress_cpu_s_per_gib", "decode_cpu_s_per_gib")}}
     return {"archive": archive, "serve": serve, "compression": compression}
+
+
+def archive_cpu_bound(archive_runs: list[dict[str, Any]], compress_cpu_s: float) -> dict[str, float]:
+    """The best archive-vs-ingest-alone ratio this machine allows, whatever the relay does: the
+    work no archive can skip (ingest's own, the relay's and the primary's CPU seconds as measured
+    alone; zstd's compression of the closed files, measured in part 4; the store's, measured) spread
+    perfectly over every CPU, against ingest alone's seconds on them all.  The same without the
+    store's share: what a store on another machine would leave."""
+    cpus = os.cpu_count() or 1
+    alone_s = median(r["ingest_alone_s"] for r in archive_runs)
+    ingest_cpu = median(r["ingest_alone_cpu_s"] for r in archive_runs)
+    store_cpu = median(r["moto_cpu_s"] for r in archive_runs)
+    return {"cpus": cpus, "ingest_alone_cpu_s": ingest_cpu, "compress_cpu_s": compress_cpu_s, "store_cpu_s": store_cpu,
+            "ratio_at_most": cpus * alone_s / (ingest_cpu + compress_cpu_s + store_cpu),
+            "ratio_at_most_store_elsewhere": cpus * alone_s / (ingest_cpu + compress_cpu_s)}
+
+
+def serve_cpu_bound(serve_runs: list[dict[str, Any]], decode_cpu_s: float) -> dict[str, float]:
+    """The best first-read-vs-local ratio this machine allows: what a local read costs the relay
+    and the client, plus decoding the file (part 4's rate) and the store's CPU during a first
+    read, spread perfectly over every CPU, against the local read's seconds on them all."""
+    cpus = os.cpu_count() or 1
+    local = [r for r in serve_runs if r["source"] == LOCAL]
+    first = [r for r in serve_runs if r["source"] == FIRST]
+    local_s = median(r["seconds"] for r in local)
+    local_cpu = median(r["server_cpu_s"] + r["client_cpu_s"] for r in local)
+    store_cpu = median(r["store_cpu_s"] for r in first)
+    return {"cpus": cpus, "local_read_cpu_s": local_cpu, "decode_cpu_s": decode_cpu_s, "store_cpu_s": store_cpu,
+            "ratio_at_most": cpus * local_s / (local_cpu + decode_cpu_s + store_cpu),
+            "ratio_at_most_store_elsewhere": cpus * local_s / (local_cpu + decode_cpu_s)}
+
+
+def bound_text(bound: dict[str, float]) -> str:
+    return (f"at most {bound['ratio_at_most']:.2f} on these {bound['cpus']:.0f} CPUs with the store on them, "
+            f"{bound['ratio_at_most_store_elsewhere']:.2f} with the store elsewhere")
 
 
 def report(results: dict[str, Any]) -> str:
@@ -731,7 +786,7 @@ def report(results: dict[str, Any]) -> str:
                  row("relay CPU s after ingest", "relay_cpu_s_after_ingest"), row("moto CPU s", "moto_cpu_s"),
                  row("zstd ratio (relay's metrics)", "zstd_ratio")]),
              f"archive MiB/s end to end / ingest alone MiB/s = {head['ratio']:.2f} (goal >= {head['goal']:.1f}: "
-             f"{'met' if head['goal_met'] else 'NOT met'})", ""]
+             f"{'met' if head['goal_met'] else 'NOT met'}); {bound_text(a['cpu_bound'])}", ""]
     f = results["served_file"]
     serve = s["serve"]
     rows = [[source, serve[source]["runs"], f"{serve[source]['seconds']['median']:.3f}",
@@ -743,7 +798,8 @@ def report(results: dict[str, Any]) -> str:
     lines += [f"2. Serving {f['name']} ({f['mib']:.1f} MiB) to mariadb-binlog --raw, checked byte for byte",
               table(["source", "runs", "seconds", "MiB/s", "range", "relay CPU s", "ratio"], rows),
               f"archived (first read) / local = {sh['ratio']:.2f} (goal >= {sh['goal']:.1f}: "
-              f"{'met' if sh['goal_met'] else 'NOT met'}); shelf / local = {sh['shelf_ratio']:.2f}", ""]
+              f"{'met' if sh['goal_met'] else 'NOT met'}); shelf / local = {sh['shelf_ratio']:.2f}; "
+              f"{bound_text(serve['cpu_bound'])}", ""]
     live = results.get("live")
     if live is not None:
         capacity = a["archive_end_to_end_mib_per_s"]["median"]

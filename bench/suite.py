@@ -370,6 +370,17 @@ def _search_section(found: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _bound_sentence(part: dict[str, Any], work: str) -> str:
+    """What the machine allows at best (archive.archive_cpu_bound, serve_cpu_bound), if measured."""
+    bound = part.get("cpu_bound")
+    if bound is None:
+        return ""
+    return (f" The most these {bound['cpus']} CPUs allow, whatever the relay does: {bound['ratio_at_most']:.2f}, "
+            f"the CPU seconds no implementation can skip ({work}, and moto's {bound['store_cpu_s']:.2f} s) "
+            f"spread perfectly over every CPU; {bound['ratio_at_most_store_elsewhere']:.2f} were the store on "
+            "another machine.")
+
+
 def _archive_section(arch: dict[str, Any]) -> list[str]:
     b, s, conf, f = arch["binlog"], arch["summary"], arch["archive_config"], arch["served_file"]
     a, serve = s["archive"], s["serve"]
@@ -402,7 +413,9 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
              f"({a['relay_cpu_s_after_ingest']['median']:.2f}) |",
              f"| moto CPU s | {spread('moto_cpu_s', '.2f')} |",
              f"| zstd ratio (file / object bytes) | {a['zstd_ratio']['median']:.2f} |", "",
-             f"Archive end to end / ingest alone {a['headline']['ratio']:.2f} ({_goal(a['headline']['goal_met'])}).",
+             f"Archive end to end / ingest alone {a['headline']['ratio']:.2f} ({_goal(a['headline']['goal_met'])})."
+             + _bound_sentence(a, "ingest alone's CPU seconds (the relay's and the primary's), zstd's compression "
+                                  "of the closed files (part 4's rate)"),
              "",
              (f"*Serving* {f['name']} ({f['mib']:.1f} MiB), which only the archive holds, to `mariadb-binlog --raw` "
               "(the relay restarted before each round: the first read fetches it back frame by frame and serves "
@@ -416,7 +429,9 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
                      f"{row['mib_per_s']['min']:.1f}-{row['mib_per_s']['max']:.1f} | "
                      f"{row['median_server_cpu_s']:.2f} | "
                      + ("1.00 (ref) |" if source == archive.LOCAL else f"{row['ratio']:.2f} |"))
-    lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])}).", ""]
+    lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])})."
+              + _bound_sentence(serve, "a local read's CPU seconds (the relay's and the client's), decoding the "
+                                       "file (part 4's rate)"), ""]
     live = arch.get("live")
     if live is not None:
         lines += [(f"*Following a live primary*: a second primary written by {live['load']} at full speed for "
