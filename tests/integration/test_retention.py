@@ -4,17 +4,22 @@ from an admin user (relay/storage/retention.py, relay/downstream/purge.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pymysql
+import trio
 
+from relay import app
+from relay.config import parse_config
 from relay.sandbox.compare import copy_differences
 from relay.sandbox.polling import wait_for
-from relay.sandbox.relayprocess import RelayProcess, start_relay
+from relay.sandbox.relayprocess import RelayProcess, relay_config, start_relay
 from relay.sandbox.replication import FIRST_FILE, attach_replica, wait_caught_up
+from relay.storage.replicabook import BOOK_FILE
 from tests.support.mariadb import MariaDB
 from tests.support.metrics import RawDump
 from tests.support.replication import assert_healthy
@@ -423,3 +428,24 @@ def test_purge_while_an_anonymous_dump_reads_the_file(mariadb_factory, tmp_path)
     finally:
         if relay.alive():
             assert relay.stop() == 0
+
+
+async def test_a_replica_is_in_the_book_as_soon_as_its_dump_starts(mariadb_factory, tmp_path, monkeypatch):
+    """The relay (in this process, so that its retention round can be put off for an hour) books a
+    real replica when its dump starts: a relay that lost power before its next round would not know,
+    once back, which file the replica comes back for."""
+    monkeypatch.setattr(app, "RETENTION_CHECK_SECONDS", 3600.0)
+    primary = mariadb_factory(server_id=1)
+    replica = mariadb_factory(server_id=2)
+    config = parse_config(relay_config(tmp_path / "data", primary.port))
+    book = tmp_path / "data" / BOOK_FILE
+    async with trio.open_nursery() as nursery:
+        relay = await nursery.start(app.Relay(config).run)
+        await trio.to_thread.run_sync(attach_replica, replica, config.listen.port)
+        with trio.fail_after(30):
+            while "2" not in (json.loads(book.read_text()) if book.exists() else {}):
+                await trio.sleep(0.05)
+        assert json.loads(book.read_text())["2"]["file"] == FIRST_FILE
+        assert relay.registry.all_dumps  # still reading: booked at its start, not at its end
+        await trio.to_thread.run_sync(replica.sql, "STOP SLAVE")
+        nursery.cancel_scope.cancel()
