@@ -232,17 +232,17 @@ def wait_metrics(relay: RelayProcess, ready: Any, timeout: float, what: str) -> 
 def ingest_alone_round(args: argparse.Namespace, primary_pid: int, files: list[BinlogFile],
                        work: Path) -> tuple[float, float]:
     """The same relay without an archive: seconds from its first look to the primary's end, and the
-    CPU seconds the relay and the primary spent from the relay's spawn to then."""
+    CPU seconds the relay and the primary spent over them."""
     target = _target(files)
     settle()
-    primary_cpu0 = cpu_seconds(primary_pid)
     relay = start_archiving_relay(work, args.port, None, args.level)
     try:
         started = time.monotonic()
+        cpu0 = cpu_seconds(relay.pid) + cpu_seconds(primary_pid)
         wait_metrics(relay, lambda values: _committed(values) == target, args.timeout,
                      "the relay without an archive did not ingest the binlog")
         seconds = max(time.monotonic() - started, POLL)
-        return seconds, cpu_seconds(relay.pid) + cpu_seconds(primary_pid) - primary_cpu0
+        return seconds, cpu_seconds(relay.pid) + cpu_seconds(primary_pid) - cpu0
     finally:
         stop_relay(relay)
 
