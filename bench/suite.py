@@ -376,9 +376,9 @@ def _bound_sentence(part: dict[str, Any], work: str) -> str:
     if bound is None:
         return ""
     return (f" The most these {bound['cpus']} CPUs allow, whatever the relay does: {bound['ratio_at_most']:.2f}, "
-            f"the CPU seconds no implementation can skip ({work}, and moto's {bound['store_cpu_s']:.2f} s) "
-            f"spread perfectly over every CPU; {bound['ratio_at_most_store_elsewhere']:.2f} were the store on "
-            "another machine.")
+            f"were the CPU seconds no implementation can skip spread perfectly over them all ({work}; moto's "
+            f"{bound['store_cpu_s']:.2f} s); {bound['ratio_at_most_store_elsewhere']:.2f} with the store on another "
+            "machine.")
 
 
 def _archive_section(arch: dict[str, Any]) -> list[str]:
@@ -414,8 +414,8 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
              f"| moto CPU s | {spread('moto_cpu_s', '.2f')} |",
              f"| zstd ratio (file / object bytes) | {a['zstd_ratio']['median']:.2f} |", "",
              f"Archive end to end / ingest alone {a['headline']['ratio']:.2f} ({_goal(a['headline']['goal_met'])})."
-             + _bound_sentence(a, "ingest alone's CPU seconds (the relay's and the primary's), zstd's compression "
-                                  "of the closed files (part 4's rate)"),
+             + _bound_sentence(a, "ingest alone's, the relay's and the primary's; compressing the closed files, "
+                                  "at part 4's rate"),
              "",
              (f"*Serving* {f['name']} ({f['mib']:.1f} MiB), which only the archive holds, to `mariadb-binlog --raw` "
               "(the relay restarted before each round: the first read fetches it back frame by frame and serves "
@@ -430,8 +430,8 @@ def _archive_section(arch: dict[str, Any]) -> list[str]:
                      f"{row['median_server_cpu_s']:.2f} | "
                      + ("1.00 (ref) |" if source == archive.LOCAL else f"{row['ratio']:.2f} |"))
     lines += ["", f"First read / local {serve['headline']['ratio']:.2f} ({_goal(serve['headline']['goal_met'])})."
-              + _bound_sentence(serve, "a local read's CPU seconds (the relay's and the client's), decoding the "
-                                       "file (part 4's rate)"), ""]
+              + _bound_sentence(serve, "a local read's, the relay's and the client's; decoding the file, at part "
+                                       "4's rate"), ""]
     live = arch.get("live")
     if live is not None:
         lines += [(f"*Following a live primary*: a second primary written by {live['load']} at full speed for "
