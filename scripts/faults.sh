@@ -16,6 +16,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export FAULTS_SCALE="${FAULTS_SCALE:-long}"
+# One process (scripts/test.sh runs two by default): each class's figures printed as they come (-s),
+# its faults not sharing the machine with another class's, and one writer of RELIABILITY.md.
+export TEST_WORKERS="${TEST_WORKERS:-0}"
 if [[ $FAULTS_SCALE == long ]]; then
   export FAULTS_FIGURES="${FAULTS_FIGURES-RELIABILITY.md}"
 fi
