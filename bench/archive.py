@@ -27,7 +27,7 @@ one run:
    time the archive lagged (a closed file not archived yet) and the closed files' bytes over it, the
    drain after ingest ended.  CPU: the relay's and moto's (/proc) over the round.  moto is forgotten
    (reset) between rounds.  Beside the goal, the best ratio the machine allows whatever the relay
-   does (archive_cpu_bound): the CPU seconds no archive can skip (ingest's own, measured alone;
+   does (cpu_bound): the CPU seconds no archive can skip (ingest's own, measured alone;
    compressing the closed files, part 4; the store's) spread perfectly over every CPU.
 2. **Serving an archived file**, --rounds times: the relay of the last round, restarted (its shelf
    of fetched copies is emptied at start), serves the largest closed file, which only the archive
@@ -36,7 +36,7 @@ one run:
    file *local*: a second relay (no archive) whose data_dir got that file by ``binlog-relay import``
    of the primary's copy.  Every copy is compared byte for byte with the primary's file; seconds are
    the mariadb-binlog process's.  Goal: archived (first read) MiB/s / local MiB/s >= 0.5.  Beside it,
-   the best the machine allows (serve_cpu_bound): a local read's CPU seconds, decoding the file
+   the best the machine allows (cpu_bound): a local read's CPU seconds, decoding the file
    (part 4) and the store's CPU seconds during a first read, spread perfectly over every CPU.
 3. **Following a live primary**, once: a second primary (its own sandbox in the work dir, the same
    max_binlog_size) written by sysbench oltp_write_only at full speed (4 threads, no rate limit) for
@@ -96,6 +96,7 @@ from .common import (
     require_programs,
     run_measured,
     run_quietly,
+    running_pid,
     server_version,
     settle,
     stop_relay,
@@ -591,7 +592,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         archive_runs: list[dict[str, Any]] = []
         for round_no in range(1, args.rounds + 1):
             log(f"archive round {round_no}/{args.rounds}: ingest and archive")
-            alone_s, alone_cpu = ingest_alone_round(args, primary_pid(primary), files, work / "alone")
+            alone_s, alone_cpu = ingest_alone_round(args, running_pid(primary.pid, "primary"), files, work / "alone")
             record, archiving = archive_round(args, store, files, work / "archiving")
             alone_rate = mib(total) / alone_s
             record.update(round=round_no, ingest_alone_s=alone_s, ingest_alone_mib_per_s=alone_rate,
@@ -675,13 +676,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         finish_primary(args, primary)
 
 
-def primary_pid(primary: LocalMariaDB) -> int:
-    pid = primary.pid
-    if pid is None:
-        raise BenchError("the primary is not running")
-    return pid
-
-
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": median(values), "min": min(values), "max": max(values)}
 
@@ -698,7 +692,11 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
     ratio = archive["ratio"]["median"]
     archive["headline"] = {"ratio": ratio, "goal": ARCHIVE_GOAL, "goal_met": ratio >= ARCHIVE_GOAL}
     relays_own = [r for r in compression_runs if r["variant"] == relay_variant]
-    archive["cpu_bound"] = archive_cpu_bound(archive_runs, median(r["compress_cpu_s"] for r in relays_own))
+    archive["cpu_bound"] = cpu_bound(
+        median(r["ingest_alone_s"] for r in archive_runs),
+        {"ingest_alone_cpu_s": median(r["ingest_alone_cpu_s"] for r in archive_runs),
+         "compress_cpu_s": median(r["compress_cpu_s"] for r in relays_own)},
+        median(r["moto_cpu_s"] for r in archive_runs))
     serve: dict[str, Any] = {}
     for source in (FIRST, SHELF, LOCAL):
         mine = [r for r in serve_runs if r["source"] == source]
@@ -710,8 +708,12 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
         serve[source]["ratio"] = serve[source]["mib_per_s"]["median"] / local
     serve["headline"] = {"ratio": serve[FIRST]["ratio"], "shelf_ratio": serve[SHELF]["ratio"], "goal": SERVE_GOAL,
                          "goal_met": serve[FIRST]["ratio"] >= SERVE_GOAL}
-    decode_s = median(r["decode_cpu_s_per_gib"] for r in relays_own) * served_bytes / GIB
-    serve["cpu_bound"] = serve_cpu_bound(serve_runs, decode_s)
+    local = [r for r in serve_runs if r["source"] == LOCAL]
+    serve["cpu_bound"] = cpu_bound(
+        median(r["seconds"] for r in local),
+        {"local_read_cpu_s": median(r["server_cpu_s"] + r["client_cpu_s"] for r in local),
+         "decode_cpu_s": median(r["decode_cpu_s_per_gib"] for r in relays_own) * served_bytes / GIB},
+        median(r["store_cpu_s"] for r in serve_runs if r["source"] == FIRST))
     compression = {}
     for variant in dict.fromkeys(r["variant"] for r in compression_runs):
         mine = [r for r in compression_runs if r["variant"] == variant]
@@ -721,34 +723,16 @@ def summarize(archive_runs: list[dict[str, Any]], serve_runs: list[dict[str, Any
     return {"archive": archive, "serve": serve, "compression": compression}
 
 
-def archive_cpu_bound(archive_runs: list[dict[str, Any]], compress_cpu_s: float) -> dict[str, float]:
-    """The best archive-vs-ingest-alone ratio this machine allows, whatever the relay does: the
-    work no archive can skip (ingest's own, the relay's and the primary's CPU seconds as measured
-    alone; zstd's compression of the closed files, measured in part 4; the store's, measured) spread
-    perfectly over every CPU, against ingest alone's seconds on them all.  The same without the
-    store's share: what a store on another machine would leave."""
+def cpu_bound(reference_s: float, unskippable_cpu_s: dict[str, float], store_cpu_s: float) -> dict[str, float]:
+    """The best ratio against ``reference_s`` (ingest alone's seconds, a local read's) this machine
+    allows whatever the relay does: the CPU seconds no implementation can skip (``unskippable_cpu_s``,
+    by what they are, and the store's) spread perfectly over every CPU; and the same without the
+    store's share, what a store on another machine would leave."""
     cpus = os.cpu_count() or 1
-    alone_s = median(r["ingest_alone_s"] for r in archive_runs)
-    ingest_cpu = median(r["ingest_alone_cpu_s"] for r in archive_runs)
-    store_cpu = median(r["moto_cpu_s"] for r in archive_runs)
-    return {"cpus": cpus, "ingest_alone_cpu_s": ingest_cpu, "compress_cpu_s": compress_cpu_s, "store_cpu_s": store_cpu,
-            "ratio_at_most": cpus * alone_s / (ingest_cpu + compress_cpu_s + store_cpu),
-            "ratio_at_most_store_elsewhere": cpus * alone_s / (ingest_cpu + compress_cpu_s)}
-
-
-def serve_cpu_bound(serve_runs: list[dict[str, Any]], decode_cpu_s: float) -> dict[str, float]:
-    """The best first-read-vs-local ratio this machine allows: what a local read costs the relay
-    and the client, plus decoding the file (part 4's rate) and the store's CPU during a first
-    read, spread perfectly over every CPU, against the local read's seconds on them all."""
-    cpus = os.cpu_count() or 1
-    local = [r for r in serve_runs if r["source"] == LOCAL]
-    first = [r for r in serve_runs if r["source"] == FIRST]
-    local_s = median(r["seconds"] for r in local)
-    local_cpu = median(r["server_cpu_s"] + r["client_cpu_s"] for r in local)
-    store_cpu = median(r["store_cpu_s"] for r in first)
-    return {"cpus": cpus, "local_read_cpu_s": local_cpu, "decode_cpu_s": decode_cpu_s, "store_cpu_s": store_cpu,
-            "ratio_at_most": cpus * local_s / (local_cpu + decode_cpu_s + store_cpu),
-            "ratio_at_most_store_elsewhere": cpus * local_s / (local_cpu + decode_cpu_s)}
+    work = sum(unskippable_cpu_s.values())
+    return {"cpus": cpus, **unskippable_cpu_s, "store_cpu_s": store_cpu_s,
+            "ratio_at_most": cpus * reference_s / (work + store_cpu_s),
+            "ratio_at_most_store_elsewhere": cpus * reference_s / work}
 
 
 def bound_text(bound: dict[str, float]) -> str:

@@ -51,6 +51,7 @@ from .common import (
     parse_bench_args,
     require_programs,
     reset_peak_rss,
+    running_pid,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -76,10 +77,7 @@ class Capacity:
         return self.relay.port if source == RELAY else self.primary.port
 
     def server_pid(self, source: str) -> int:
-        pid = self.relay.pid if source == RELAY else self.primary.pid
-        if pid is None:
-            raise BenchError(f"the {source} is not running")
-        return pid
+        return running_pid(self.relay.pid if source == RELAY else self.primary.pid, source)
 
     def calibrate(self, events: int) -> dict[str, Any]:
         found = {}

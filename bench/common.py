@@ -425,6 +425,13 @@ class Measured:
         return None
 
 
+def running_pid(pid: int | None, what: str) -> int:
+    """``pid``; BenchError when it is None: ``what`` (the primary, the relay) is not running."""
+    if pid is None:
+        raise BenchError(f"the {what} is not running")
+    return pid
+
+
 def cpu_seconds(pid: int) -> float:
     """user + system CPU time of a running process (all its threads), from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as stat:

@@ -93,6 +93,7 @@ from .common import (
     mib,
     parse_bench_args,
     require_programs,
+    running_pid,
     server_version,
     start_bench_relay,
     stop_relay,
@@ -254,10 +255,7 @@ class GtidStarts:
         return self.relay.port if source == RELAY else self.primary.port
 
     def server_pid(self, source: str) -> int:
-        pid = self.relay.pid if source == RELAY else self.primary.pid
-        if pid is None:
-            raise BenchError(f"the {source} is not running")
-        return pid
+        return running_pid(self.relay.pid if source == RELAY else self.primary.pid, source)
 
     def before_run(self, source: str) -> None:
         """--restart-relay: a relay run starts from a relay just restarted and caught up again."""

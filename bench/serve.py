@@ -58,6 +58,7 @@ from .common import (
     require_programs,
     reset_peak_rss,
     run_measured,
+    running_pid,
     server_version,
     settle,
     start_bench_relay,
@@ -112,10 +113,7 @@ class Servers:
         return self.relay.port if source == RELAY else self.primary.port
 
     def pid(self, source: str) -> int:
-        pid = self.relay.pid if source == RELAY else self.primary.pid
-        if pid is None:
-            raise BenchError(f"the {source} is not running")
-        return pid
+        return running_pid(self.relay.pid if source == RELAY else self.primary.pid, source)
 
 
 class Runner:

@@ -371,7 +371,7 @@ def _search_section(found: dict[str, Any]) -> list[str]:
 
 
 def _bound_sentence(part: dict[str, Any], work: str) -> str:
-    """What the machine allows at best (archive.archive_cpu_bound, serve_cpu_bound), if measured."""
+    """What the machine allows at best (archive.cpu_bound), if measured."""
     bound = part.get("cpu_bound")
     if bound is None:
         return ""
