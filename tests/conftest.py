@@ -27,6 +27,7 @@ from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line abov
     MariaDBFactory,
     dir_name_for,
 )
+from tests.support.ports import worker_slice  # noqa: E402 - needs the sys.path line above
 
 # relay_factory (a started relay child per test, stopped at teardown) and the S3 API server (moto,
 # on a loopback port) for every test directory
@@ -37,19 +38,11 @@ _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 
 # ------------------------------------------------------------------ ports
 
-# The servers' ports come from below the kernel's ephemeral range (32768 and up on Linux), which
-# client sockets take theirs from; each worker of a parallel run (pytest-xdist, scripts/test.sh)
-# takes its own slice, so two never pick the same port before a server binds it.
-TEST_PORTS = (10000, 32767)
-
 
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # gw0, gw1, ...
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    first, last = TEST_PORTS
-    span = (last - first + 1) // workers
-    start = first + int(worker.removeprefix("gw")) * span
-    use_port_range(start, start + span - 1)
+    # each worker of a parallel run gives its servers ports of its own (tests/support/ports.py)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    use_port_range(*worker_slice(worker, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
 # ------------------------------------------------------------------ --run-slow

@@ -242,7 +242,9 @@ def test_a_file_still_written_goes_up_part_by_part_and_is_completed_once_closed(
     # stopped before the file closed (the relay stopping): the upload is aborted, nothing left
     stopped = Writer(tmp_path / "mysql-bin.000002", data)
     thread, outcome = uploading(store, stopped)
-    stopped.write_to(10 * MIB)  # the last chunks' frames wait for more (in_order): 10 make the 5 MiB to begin
+    # 10 MiB: the frames of the last chunks written are held back (in_order), and a multipart upload
+    # begins only past 5 MiB of object
+    stopped.write_to(10 * MIB)
     wait_for(lambda: bool(s3_server.incomplete_uploads("archive/")), 30, "the upload never began")
     stopped.growing.stop()
     thread.join(60)

@@ -7,15 +7,28 @@ import socket
 
 import pytest
 
-from relay.sandbox.ports import LOOPBACK, _PortRange
+from relay.sandbox.ports import LOOPBACK, _bindable, _PortRange, free_port
+from tests.support.ports import TEST_PORTS, worker_slice
 
 
 def _free_block(size: int) -> int:
     """The first of ``size`` consecutive ports that are free now, below the ephemeral range."""
     for first in range(20000, 32000, size):
-        if all(_PortRange(port, port).take() == port for port in range(first, first + size)):
+        if all(_bindable(port) for port in range(first, first + size)):
             return first
     raise AssertionError("no block of free ports")
+
+
+def test_a_test_process_takes_its_ports_from_its_own_range():
+    """tests/conftest.py gives each worker a slice of TEST_PORTS, and free_port keeps to it."""
+    ports = {free_port() for _ in range(20)}
+    assert len(ports) == 20 and all(TEST_PORTS[0] <= port <= TEST_PORTS[1] for port in ports)
+
+
+def test_the_workers_slices_do_not_meet_and_stay_below_the_ephemeral_ports():
+    slices = [worker_slice(f"gw{i}", 3) for i in range(3)]
+    assert all(first <= last < next_first for (first, last), (next_first, _) in zip(slices, slices[1:]))
+    assert slices[0][0] >= TEST_PORTS[0] and slices[-1][1] <= TEST_PORTS[1] < 32768
 
 
 def test_a_range_hands_out_each_port_once_before_any_comes_round_again():

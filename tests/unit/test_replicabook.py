@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import trio
 import trio.testing
 
@@ -42,6 +43,20 @@ def test_moving_to_another_file_is_written_at_once_and_expired_replicas_are_drop
     book.seen(5, "mysql-bin.000004", now=1000.0 + GRACE + 10)
     save(book, now=1000.0 + GRACE + 10)  # replica 6 was last seen more than the grace ago
     assert set(json.loads((tmp_path / BOOK_FILE).read_text())) == {"5"}
+
+
+def test_a_book_that_could_not_be_written_is_given_again(tmp_path):
+    book = ReplicaBook(tmp_path / "gone", GRACE)  # its directory is missing: the write fails
+    book.load()
+    book.seen(5, "mysql-bin.000003", now=1000.0)
+    document = book.to_write(1000.0)
+    assert document is not None
+    with pytest.raises(OSError):
+        book.write(document)
+    (tmp_path / "gone").mkdir()
+    assert book.to_write(1000.5) == document  # not taken as written: the next round writes it
+    book.write(document)
+    assert book.to_write(1001.0) is None
 
 
 def test_an_unreadable_book_protects_nothing_and_is_reported(tmp_path, caplog):
