@@ -346,15 +346,18 @@ class ArchivedFileReader:
 
     def _fetch_run(self, run: tuple[FrameEntry, ...], fd: int, halted: Callable[[], bool],
                    wrote: Callable[[FrameEntry], None]) -> None:
-        """Consecutive frames from one streamed ranged GET, decoded and written at their offsets."""
+        """Consecutive frames from one streamed ranged GET, decoded and written at their offsets.
+        The GET is sent only when the first frame is still wanted, so a copy stopped during the open
+        (its client left at the rotate that led the dump to it) costs the store no request."""
         sizes = [frame.compressed_size for frame in run]
         pieces = self.store.get_pieces(self._key, run[0].object_start, sizes)
         try:
-            for frame, data in zip(run, pieces, strict=False):  # a short object ends in a short piece
+            for frame in run:
                 if halted():
                     raise FetchStopped(f"the copy of {self.name} was stopped (nobody waits for it any more)")
-                # decoded into the copy as it comes (a short piece is told as damage)
-                self._reader.decode_frame_to(frame.index, data, _writer_at(fd, frame.file_start))
+                # decoded into the copy as it comes (a short or missing piece, the object cut short,
+                # is told as damage)
+                self._reader.decode_frame_to(frame.index, next(pieces, b""), _writer_at(fd, frame.file_start))
                 wrote(frame)
         finally:
             pieces.close()

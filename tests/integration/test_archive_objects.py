@@ -1,8 +1,8 @@
 """Archived objects against a real S3 API server (moto in server mode, tests/support/s3.py): an
 upload is checked by the store's own checksum of the object, or read back; either way an object
 that is not what was sent is refused.  A file is fetched back in runs of frames, several ranged
-GETs streamed at once, whole and byte for byte; a stopped fetch ends at its next frame, and a
-damaged frame is told as damage, not as a stop.
+GETs streamed at once, whole and byte for byte; a stopped fetch ends at its next frame (one stopped
+before its first sends no GET), and a damaged frame is told as damage, not as a stop.
 
 moto keeps the checksum it is sent without checking it against the bytes (real S3 refuses such a
 part with BadDigest), so what these tests show is the relay's side: the checksum it sends and
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,17 @@ def binlog_like(size: int, seed: int) -> bytes:
 
 def store_of(s3_server: S3Server, **overrides: object) -> S3Store:
     return S3Store(s3_server.store_config(multipart_threshold=5 * MIB, part_size=5 * MIB, **overrides))
+
+
+class GetCountingStore(S3Store):
+    """The real store, counting the streamed GETs that left (a generator's request leaves at its
+    first piece)."""
+
+    gets = 0
+
+    def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]:
+        self.gets += 1
+        yield from super().get_pieces(name, start, sizes)
 
 
 def put_object(store: S3Store, name: str, data: bytes) -> tuple[ObjectMeta, PutResult]:
@@ -126,6 +138,13 @@ def test_a_file_is_fetched_back_in_runs_streamed_at_once(s3_server: S3Server, tm
     with pytest.raises(FetchStopped):
         reader.copy_to(tmp_path / "stopped", stop)
     assert asked < len(frames)
+    # stopped before its first frame (its client left while the object was opened): no GET leaves
+    counting = GetCountingStore(store.config)
+    with pytest.raises(FetchStopped):
+        ArchivedFileReader(counting, source.name, []).copy_to(tmp_path / "stopped early", lambda: True)
+    assert counting.gets == 0
+    ArchivedFileReader(counting, source.name, []).copy_to(tmp_path / "counted")
+    assert counting.gets == len(runs)
 
     # a frame damaged in the store: the damage is what is told, not the stop it causes in the other runs
     key = f"archive/{object_key(source.name)}"
