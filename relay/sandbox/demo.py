@@ -419,6 +419,9 @@ def run_demo(seconds: float | None = None, out: TextIO | None = None) -> int:
         print(f"binlog-relay demo: {err}", file=sys.stderr)
         return 1
     setup_logging("WARNING")  # the relay's INFO lines would scroll the live view away
+    # `docker stop`, `timeout` and `kill` send SIGTERM: the demo stops as at Ctrl-C, its servers and
+    # directory with it, instead of dying and leaving two mariadbd running.
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     try:
         with tempfile.TemporaryDirectory(prefix="binlog-relay-demo-") as tmp:
             verdict = run_in(Path(tmp), seconds, out)
@@ -426,8 +429,16 @@ def run_demo(seconds: float | None = None, out: TextIO | None = None) -> int:
     except KeyboardInterrupt:
         print("binlog-relay demo: interrupted; everything was stopped and removed", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(verdict.line(), file=out, flush=True)
     return 0 if verdict.ok else 1
+
+
+def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
+    # Raised again as SIGINT, it goes where a Ctrl-C goes at that moment: the receiver that ends the
+    # writes, or trio's or Python's KeyboardInterrupt.
+    signal.raise_signal(signal.SIGINT)
 
 
 def run_in(work_dir: Path, seconds: float | None, out: TextIO) -> Verdict:

@@ -14,6 +14,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_TIMEOUT = 180.0  # includes mariadb-install-db, which is slow on a busy disk
 VERDICT_OK = re.compile(r"^VERDICT: OK - relay mirrors the primary \((\d+) files, (\d+) bytes\) "
@@ -112,13 +114,14 @@ def test_demo_replicates_through_the_relay_serves_metrics_and_cleans_up() -> Non
     _assert_cleaned_up(output)
 
 
-def test_ctrl_c_stops_the_demo_with_a_verdict() -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_the_demo_with_a_verdict(stop: signal.Signals) -> None:
     # Unbuffered bytes, so that select() sees every line the moment the demo prints it.
     proc = subprocess.Popen(_demo_command(), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, bufsize=0)
     try:
         seen = _read_until(proc, lambda text: len(LIVE_LINE.findall(text)) >= 2, DEMO_TIMEOUT)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         rest, errors = proc.communicate(timeout=DEMO_TIMEOUT)
     finally:
         if proc.poll() is None:
@@ -129,6 +132,26 @@ def test_ctrl_c_stops_the_demo_with_a_verdict() -> None:
     assert proc.returncode == 0, f"{output}\n{errors.decode()}"
     _assert_ok_verdict(output, min_files=1)
     _assert_cleaned_up(output)
+
+
+def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
+    proc = subprocess.Popen(_demo_command(), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0)
+    try:
+        seen = _read_until(proc, lambda text: "starting a MariaDB primary" in text, DEMO_TIMEOUT)
+        proc.send_signal(signal.SIGTERM)
+        rest, errors = proc.communicate(timeout=DEMO_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    output = seen + rest.decode()
+    assert proc.returncode == 130, f"{output}\n{errors.decode()}"
+    assert "interrupted; everything was stopped and removed" in errors.decode()
+    work_dir = Path(re.search(r"working in (\S+)", output).group(1))  # type: ignore[union-attr]
+    assert not work_dir.exists(), f"{work_dir} was not removed"
+    assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
 
 
 def test_demo_without_mariadb_says_what_to_install() -> None:
