@@ -149,7 +149,9 @@ def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
     output = seen + rest.decode()
     assert proc.returncode == 130, f"{output}\n{errors.decode()}"
     assert "interrupted; everything was stopped and removed" in errors.decode()
-    work_dir = Path(re.search(r"working in (\S+)", output).group(1))  # type: ignore[union-attr]
+    found = re.search(r"working in (\S+)", output)
+    assert found, output
+    work_dir = Path(found.group(1))
     assert not work_dir.exists(), f"{work_dir} was not removed"
     assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
 
