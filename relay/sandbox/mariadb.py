@@ -40,7 +40,7 @@ from ..protocol.packets import ProtocolError, ServerError
 from ..protocol.resultset import ResultSet
 from .client import BlockingClient, Row
 from .errors import SandboxError, file_tail
-from .polling import POLL_INTERVAL
+from .polling import POLL_INTERVAL, wait_for
 from .ports import LOOPBACK, free_port, port_in_use
 
 ROOT_USER = "root"
@@ -518,6 +518,17 @@ class LocalMariaDB:
     def binlog_files(self) -> list[tuple[str, int]]:
         """SHOW BINARY LOGS as [(name, size)], oldest first."""
         return [(str(row[0]), int(row[1] or 0)) for row in self.sql("SHOW BINARY LOGS")]
+
+    def purge_binlogs_to(self, name: str, timeout: float = QUERY_TIMEOUT) -> None:
+        """PURGE BINARY LOGS TO ``name``, again until every file before it is gone: the server
+        silently keeps a file a dump thread still reads, or one whose transactions its engine has
+        not made durable yet (the binlog checkpoint, up to a second behind with a lazy log flush)."""
+
+        def purged() -> bool:
+            self.sql(f"PURGE BINARY LOGS TO '{name}'")
+            return self.binlog_files()[0][0] == name
+
+        wait_for(purged, timeout, f"{self!r}: PURGE BINARY LOGS TO '{name}' kept older files")
 
     def master_status(self) -> tuple[str, int]:
         """(file, position) of SHOW MASTER STATUS: where the next event will be written."""

@@ -186,7 +186,7 @@ def test_truncated_closed_file_the_primary_purged_is_served_up_to_the_damage(mar
     primary, relay = _stored_history(mariadb_factory, fault_relay)
     cut_name, cut_positions = _cut_closed_file(relay)
     newest = primary.binlog_files()[-1][0]
-    primary.sql(f"PURGE BINARY LOGS TO '{newest}'")
+    primary.purge_binlogs_to(newest)
     assert cut_name not in [name for name, _ in primary.binlog_files()]
     _restart(relay)
     wait_for(lambda: not relay.alive() or cut_name in relay.log_text(), 30,

@@ -145,7 +145,7 @@ def _archived_and_purged_everywhere(primary: Any, relay: Any, s3: S3Server, save
     for name, _ in primary.binlog_files():
         (saved / name).write_bytes(primary.binlog_path(name).read_bytes())
     newest = primary.binlog_files()[-1][0]
-    primary.sql(f"PURGE BINARY LOGS TO '{newest}'")
+    primary.purge_binlogs_to(newest)
     only_archived = sorted(set(closed) - set(read_index(relay.data_dir)))
     assert only_archived and not any(name in {n for n, _ in primary.binlog_files()} for name in only_archived)
     return only_archived
@@ -354,7 +354,7 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     for name, _ in primary.binlog_files():
         (saved / name).write_bytes(primary.binlog_path(name).read_bytes())
     newest_archived = closed[-1]
-    primary.sql(f"PURGE BINARY LOGS TO '{primary.binlog_files()[-1][0]}'")  # only its active file is left
+    primary.purge_binlogs_to(primary.binlog_files()[-1][0])  # only its active file is left
     second = relay_factory("second", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
     assert "seeded with " + newest_archived in second.log_text()
     write_files(primary, 2, table="after")

@@ -42,8 +42,7 @@ def test_imported_binlogs_are_served_after_the_primary_purged_them(mariadb_facto
     # relay resumes in it, as a replica would. (Purged too, when it held no transaction and so no
     # binlog checkpoint kept it, the relay must stop: nothing proves the import holds all of it.)
     primary.sql("FLUSH BINARY LOGS")
-    primary.sql(f"PURGE BINARY LOGS TO '{files[-1]}'")
-    assert [name for name, _ in primary.binlog_files()][0] == files[-1]
+    primary.purge_binlogs_to(files[-1])
     mixed_workload(primary, schema="after_import", batches=2)
 
     relay = relay_factory("relay", primary.port)

@@ -168,7 +168,7 @@ def test_a_base_backup_and_the_binlogs_only_the_archive_holds_restore_the_moment
              and metric(relay, "binlog_relay_archive_files") == len(names) - 1, 60, "the archive did not catch up")
     wait_for(lambda: not set(needed) & set(read_index(relay.data_dir)), 30,
              "the relay's retention did not purge the needed files")
-    primary.sql(f"PURGE BINARY LOGS TO '{names[-1]}'")
+    primary.purge_binlogs_to(names[-1])
     assert not set(needed) & {name for name, _ in primary.binlog_files()}
     served = [row[0] for row in relay_sql(relay, "SHOW BINARY LOGS")]
     assert set(needed) <= set(served), (needed, served)
