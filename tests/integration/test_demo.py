@@ -116,44 +116,37 @@ def test_demo_replicates_through_the_relay_serves_metrics_and_cleans_up() -> Non
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_ctrl_c_or_sigterm_stops_the_demo_with_a_verdict(stop: signal.Signals) -> None:
+    output, errors, status = _demo_stopped_by(stop, lambda text: len(LIVE_LINE.findall(text)) >= 2)
+    assert status == 0, f"{output}\n{errors}"
+    _assert_ok_verdict(output, min_files=1)
+    _assert_cleaned_up(output)
+
+
+def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
+    output, errors, status = _demo_stopped_by(signal.SIGTERM, lambda text: "starting a MariaDB primary" in text)
+    assert status == 130, f"{output}\n{errors}"
+    assert "interrupted; everything was stopped and removed" in errors
+    found = re.search(r"working in (\S+)", output)
+    assert found, output
+    work_dir = Path(found.group(1))
+    assert not work_dir.exists(), f"{work_dir} was not removed"
+    assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
+
+
+def _demo_stopped_by(stop: signal.Signals, seen_enough: Callable[[str], bool]) -> tuple[str, str, int]:
+    """The demo's output, errors and exit status, ``stop`` sent to it once its output is ``seen_enough``."""
     # Unbuffered bytes, so that select() sees every line the moment the demo prints it.
     proc = subprocess.Popen(_demo_command(), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, bufsize=0)
     try:
-        seen = _read_until(proc, lambda text: len(LIVE_LINE.findall(text)) >= 2, DEMO_TIMEOUT)
+        seen = _read_until(proc, seen_enough, DEMO_TIMEOUT)
         proc.send_signal(stop)
         rest, errors = proc.communicate(timeout=DEMO_TIMEOUT)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-    output = seen + rest.decode()
-    assert proc.returncode == 0, f"{output}\n{errors.decode()}"
-    _assert_ok_verdict(output, min_files=1)
-    _assert_cleaned_up(output)
-
-
-def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
-    proc = subprocess.Popen(_demo_command(), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, bufsize=0)
-    try:
-        seen = _read_until(proc, lambda text: "starting a MariaDB primary" in text, DEMO_TIMEOUT)
-        proc.send_signal(signal.SIGTERM)
-        rest, errors = proc.communicate(timeout=DEMO_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    output = seen + rest.decode()
-    assert proc.returncode == 130, f"{output}\n{errors.decode()}"
-    assert "interrupted; everything was stopped and removed" in errors.decode()
-    found = re.search(r"working in (\S+)", output)
-    assert found, output
-    work_dir = Path(found.group(1))
-    assert not work_dir.exists(), f"{work_dir} was not removed"
-    assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
+    return seen + rest.decode(), errors.decode(), proc.returncode
 
 
 def test_demo_without_mariadb_says_what_to_install() -> None:
