@@ -6,12 +6,10 @@ import logging
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
-from .archive.archiver import Archiver, ArchiveSettings, seed_from_archive
-from .archive.keys import read_keks
-from .archive.store import StoreConfig
 from .config import Config
 from .downstream.listener import Downstream
 from .downstream.registry import Registry
@@ -25,6 +23,9 @@ from .storage.replicabook import ReplicaBook
 from .storage.retention import RetentionKeeper, RetentionPolicy
 from .storage.shelf import ArchiveShelf
 from .upstream import Upstream
+
+if TYPE_CHECKING:
+    from .archive.archiver import Archiver, ArchiveSettings
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,12 @@ def archive_settings(config: Config) -> ArchiveSettings | None:
     archive = config.archive
     if archive.url is None:
         return None
+    # The archive's libraries (boto3, zstandard, cryptography's AES) are loaded by a relay that has
+    # one only: they took half the start-up of every relay, the time a restart is down.
+    from .archive.archiver import ArchiveSettings
+    from .archive.keys import read_keks
+    from .archive.store import StoreConfig
+
     store = StoreConfig(archive.url, endpoint_url=archive.endpoint_url, region=archive.region,
                         access_key_id_file=Path(archive.access_key_id_file) if archive.access_key_id_file else None,
                         secret_access_key_file=(Path(archive.secret_access_key_file)
@@ -86,7 +93,10 @@ class Relay:
     def __init__(self, config: Config) -> None:
         self.config = config
         settings = archive_settings(config)
+        self.archiver: Archiver | None = None
         if settings is not None:
+            from .archive.archiver import Archiver, seed_from_archive
+
             try:  # an empty data_dir stands up again from the archive
                 seed_from_archive(settings, Path(config.data_dir))
             except RelayError as exc:  # (the store down, a damaged object): not from the primary's purged files
@@ -95,9 +105,8 @@ class Relay:
         self.relay_log = open_relay_log(config)
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
-        self.archiver = Archiver(settings, self.relay_log) if settings is not None else None
-        if self.archiver is not None:
-            archiver = self.archiver
+        if settings is not None:
+            archiver = self.archiver = Archiver(settings, self.relay_log)
             self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: archiver.files, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)

@@ -25,7 +25,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .archive import keys as archive_keys
 from .binlog.names import BINLOG_NAME
 from .errors import InputError
 from .protocol.auth import ed25519_key_of, native_hash_of, native_password_hash, sha2_hash_of
@@ -426,6 +425,8 @@ def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
         paths += [(f"old_encryption_key_files[{i}]", path) for i, path in enumerate(values["old_encryption_key_files"])]
     for key, path in paths:
         if path is not None and valid(path):
+            from .archive import keys as archive_keys  # cryptography: loaded when a key is configured
+
             try:
                 archive_keys.read_kek(path)
             except InputError as bad:

@@ -11,19 +11,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from .archive.archiver import Archiver, ArchiveSettings
-from .archive.store import StoreConfig
 from .binlog.events import HEARTBEAT_LOG_EVENT, HEARTBEAT_LOG_EVENT_V2, event_name
 from .binlog.names import file_number
 from .downstream.registry import Registry
 from .ingest.lag import lag_seconds
 from .ingest.status import UpstreamStatus
 from .storage.relaylog import RelayLog
+
+if TYPE_CHECKING:  # a relay without an archive does not load it (relay/app.py)
+    from .archive.archiver import Archiver
 
 PREFIX = "binlog_relay"
 Family = GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily
@@ -238,6 +240,8 @@ class Metrics:
 
 def metrics_reference() -> str:
     """The README's metrics table: every family the relay exports, with its help text."""
+    from .archive.archiver import Archiver, ArchiveSettings
+    from .archive.store import StoreConfig
     from .storage.relaylog import RelayLog as _RelayLog
 
     relay_log = _RelayLog("/nonexistent-binlog-relay-docs")
