@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from relay.sandbox.compare import copy_differences
-from relay.sandbox.errors import ReplicationStopped
+from relay.sandbox.errors import ReplicationStopped, WaitTimeout
 from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess, http_get
 from relay.sandbox.replication import is_stopped, replica_summary, wait_binlog_settled
@@ -28,6 +29,7 @@ from .relay import wait_for_mirror
 from .replication import assert_healthy, assert_same_data
 
 SCHEMA = "faults"
+PATIENCE = 3600.0  # the longest a backlog that keeps moving is waited for (wait_while_moving)
 
 # Every relay the fault tests started in this session: (work_dir, the passwords it was given); filled by the
 # fault_relay fixture (tests/faults/conftest.py), read by tests/faults/test_secrets.py. Here, not in the
@@ -122,14 +124,52 @@ def gtid_binlog_pos(server: MariaDB) -> str:
     return str(server.sql("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
 
 
-def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0) -> None:
-    """Until the replica executed the primary's whole GTID position, failing at once if it stopped."""
+def wait_while_moving(done: Callable[[], bool], where: Callable[[], object], still: float, what: str) -> None:
+    """Until ``done()``, failing once ``where()`` (how far the work got) stayed the same for ``still``
+    seconds: a long backlog (a long fault run leaves gigabytes and hundreds of thousands of
+    transactions) is worked through at its own pace, a stall fails."""
+    seen, moved_at = None, time.monotonic()
+
     def arrived() -> bool:
+        nonlocal seen, moved_at
+        if done():
+            return True
+        now = where()
+        if now != seen:
+            seen, moved_at = now, time.monotonic()
+        elif time.monotonic() - moved_at > still:
+            raise WaitTimeout(f"{what}: it stayed at {now} for {still:g} s")
+        return False
+
+    wait_for(arrived, PATIENCE, f"{what} in {PATIENCE:g} s")
+
+
+def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0) -> None:
+    """Until the replica executed the primary's whole GTID position, failing at once if it stopped,
+    and once it executed nothing for ``timeout`` seconds."""
+    def executed() -> str:
         status = replica.slave_status()
         if is_stopped(status):
             raise ReplicationStopped(f"replica server_id {replica.server_id} stopped: {replica_summary(status)}")
-        return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0]) == gtid_binlog_pos(primary)
-    wait_for(arrived, timeout, f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
+        return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0])
+
+    wait_while_moving(lambda: executed() == gtid_binlog_pos(primary), executed, timeout,
+                      f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
+
+
+def wait_relay_caught_up(primary: MariaDB, relay: RelayProcess, timeout: float = 120.0) -> None:
+    """Until the relay stored the primary's newest file to its end, failing at once if the relay
+    exits, and once it stored nothing for ``timeout`` seconds."""
+    def newest() -> tuple[str, int] | None:
+        relay.check_alive()
+        names = read_index(relay.data_dir)
+        try:
+            return (names[-1], (relay.data_dir / names[-1]).stat().st_size) if names else None
+        except FileNotFoundError:  # rotated between the two looks
+            return None
+
+    wait_while_moving(lambda: newest() == primary.binlog_files()[-1], newest, timeout,
+                      "the relay did not store the primary's newest file to its end")
 
 
 @dataclass(frozen=True)
@@ -150,6 +190,7 @@ def converged(primary: MariaDB, relay: RelayProcess, replicas: list[MariaDB], co
     long the waiting took (the time to recover, counted from the call)."""
     started = time.monotonic()
     wait_binlog_settled(primary, timeout)
+    wait_relay_caught_up(primary, relay, timeout)
     wait_for_mirror(primary, relay, timeout=timeout)
     mirror = time.monotonic() - started
     for replica in replicas:
@@ -173,12 +214,18 @@ def converged_after_purges(primary: MariaDB, relay: RelayProcess, replicas: list
     transaction exactly once."""
     started = time.monotonic()
     wait_binlog_settled(primary, timeout)
+    wait_relay_caught_up(primary, relay, timeout)
 
     def mirrored() -> bool:
         relay.check_alive()
         names = read_index(relay.data_dir)
-        return bool(names) and names[-1] == primary.binlog_files()[-1][0] and not copy_differences(
-            [primary.binlog_path(name) for name in names], relay.data_dir)
+        if not names or names[-1] != primary.binlog_files()[-1][0]:
+            return False
+        problems = copy_differences([primary.binlog_path(name) for name in names], relay.data_dir)
+        # Retention goes on purging while the files are compared (an archive's backlog of thousands
+        # is purged as it is uploaded): a file it took away meanwhile is not a difference.
+        purged = set(names) - set(read_index(relay.data_dir))
+        return not [problem for problem in problems if problem.partition(":")[0] not in purged]
 
     wait_for(mirrored, timeout, "the relay's files did not become the primary's")
     mirror = time.monotonic() - started
