@@ -94,6 +94,9 @@ class RelayLog:
             self.files = read_index(self.data_dir)
             if self.files:
                 self._recover()
+            if self.state.stopped_cleanly:  # from now on a stop is unclean until close() says otherwise
+                self.state = replace(self.state, stopped_cleanly=False)
+                write_state(self.data_dir, self.state)
         except BaseException:
             self._lock.release()
             raise
@@ -102,7 +105,7 @@ class RelayLog:
         if self._fd is not None:
             self.keep_whole_groups()
             self._fsync()
-            self._write_checkpoint()
+            self._write_checkpoint(clean_stop=True)
             os.close(self._fd)
             self._fd = None
             self.history.close(*self.committed)  # type: ignore[misc]
@@ -135,7 +138,8 @@ class RelayLog:
         self.committed = (name, end)
         self.history.resume(name, end)
         checkpoint = self.state.checkpoint
-        if self.sync == "none" and (checkpoint is None or (checkpoint.file, checkpoint.position) != (name, end)):
+        if self.sync == "none" and (not self.state.stopped_cleanly or checkpoint is None
+                                    or (checkpoint.file, checkpoint.position) != (name, end)):
             # not stopped by close(): a power cut may have taken what readers were already sent
             self._lost_tail_until = time.monotonic() + REPAIR_WAIT_SECONDS
 
@@ -428,12 +432,13 @@ class RelayLog:
         self.fsync_seconds.observe(seconds)
         self._fsync_average += _FSYNC_AVERAGE_WEIGHT * (seconds - self._fsync_average)
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, clean_stop: bool = False) -> None:
         """Record the committed end; callers fsync first, so it names durable bytes only."""
         if self.committed is None:
             return
         name, end = self.committed
-        self.state = replace(self.state, checkpoint=Checkpoint(name, end, self._last_event_start))
+        self.state = replace(self.state, checkpoint=Checkpoint(name, end, self._last_event_start),
+                             stopped_cleanly=clean_stop)
         write_state(self.data_dir, self.state)
         self._last_checkpoint = time.monotonic()
 

@@ -30,6 +30,10 @@ class RelayState:
     # Set at the first switch to another primary: stored files from this one on are the relay's
     # own (named and positioned by the relay), and ingest resumes by GTID, never by file/position.
     own_files_from: str | None = None
+    # True only as written by a clean stop (RelayLog.close), and made False again as the relay opens:
+    # the checkpoint alone cannot tell, since the one written as a file begins names the very
+    # coordinates a power cut rolls that file back to (storage.sync: none).
+    stopped_cleanly: bool = False
 
 
 def read_state(data_dir: Path) -> RelayState:
@@ -42,7 +46,8 @@ def read_state(data_dir: Path) -> RelayState:
             raise DataDirError(f"{path}: unsupported state version {raw.get('version')!r}")
         checkpoint = raw.get("checkpoint")
         return RelayState(raw.get("upstream_server_id"), raw.get("upstream_version"),
-                          Checkpoint(**checkpoint) if checkpoint else None, raw.get("own_files_from"))
+                          Checkpoint(**checkpoint) if checkpoint else None, raw.get("own_files_from"),
+                          raw.get("stopped_cleanly") is True)
     except (ValueError, TypeError, AttributeError) as exc:
         raise DataDirError(f"{path} is damaged ({exc}); move it away to rebuild it from the binlogs") from None
 

@@ -11,6 +11,7 @@ from relay.binlog.names import next_file_name
 from relay.replication.stream import Segment
 from relay.storage.reader import Available, FileStart, NothingYet, StartRefused, StoredFileDamaged, TailReader
 from relay.storage.relaylog import RelayLog
+from relay.storage.state import Checkpoint, read_state
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
 
 BINLOG = MARIADB_MIXED_BINLOG.read_bytes()
@@ -328,6 +329,24 @@ def test_a_dump_past_the_end_waits_until_ingest_brings_it_back(tmp_path):
     assert relay_log.committed == (FIRST, len(BINLOG)) and reader.first_file_pending() is None
     reader.start()
     reader.close()
+    relay_log.close()
+
+
+def test_a_cut_back_to_the_checkpoint_a_new_file_wrote_is_not_taken_for_a_clean_stop(tmp_path):
+    """The checkpoint written as a file begins names (file, 4); a power cut with sync: none can take
+    everything written after it, and the file's end then equals the checkpoint, as after a clean
+    stop.  Only close() marks a stop clean: here the dumps past the end still wait."""
+    stored = RelayLog(tmp_path, sync="none")
+    stored.open()
+    stored.apply([_whole_file(FIRST)])
+    assert read_state(tmp_path).checkpoint == Checkpoint(FIRST, 4, 4)  # the premise: nothing later written
+    os.close(stored._fd)  # the process dies: no close()
+    stored._lock.release()
+    os.truncate(tmp_path / FIRST, 4)  # what the OS had not written is gone
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    assert relay_log.committed == (FIRST, 4) and relay_log.tail_may_be_lost()
+    assert isinstance(TailReader(relay_log, FIRST, EVENTS[3][0]).first_file_pending(), NothingYet)
     relay_log.close()
 
 
