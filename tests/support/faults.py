@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from relay.sandbox.compare import copy_differences
 from relay.sandbox.errors import ReplicationStopped, WaitTimeout
@@ -29,6 +29,7 @@ from .relay import wait_for_mirror
 from .replication import assert_healthy, assert_same_data
 
 SCHEMA = "faults"
+T = TypeVar("T")
 PATIENCE = 3600.0  # the longest a backlog that keeps moving is waited for (wait_while_moving)
 
 # Every relay the fault tests started in this session: (work_dir, the passwords it was given); filled by the
@@ -124,17 +125,17 @@ def gtid_binlog_pos(server: MariaDB) -> str:
     return str(server.sql("SELECT @@GLOBAL.gtid_binlog_pos")[0][0])
 
 
-def wait_while_moving(done: Callable[[], bool], where: Callable[[], object], still: float, what: str) -> None:
-    """Until ``done()``, failing once ``where()`` (how far the work got) stayed the same for ``still``
-    seconds: a long backlog (a long fault run leaves gigabytes and hundreds of thousands of
-    transactions) is worked through at its own pace, a stall fails."""
+def wait_while_moving(position: Callable[[], T], reached: Callable[[T], bool], still: float, what: str) -> None:
+    """Until ``reached(position())``, failing once the position stayed the same for ``still`` seconds:
+    a long backlog (a long fault run leaves gigabytes and hundreds of thousands of transactions) is
+    worked through at its own pace, a stall fails."""
     seen, moved_at = None, time.monotonic()
 
     def arrived() -> bool:
         nonlocal seen, moved_at
-        if done():
+        now = position()
+        if reached(now):
             return True
-        now = where()
         if now != seen:
             seen, moved_at = now, time.monotonic()
         elif time.monotonic() - moved_at > still:
@@ -153,7 +154,7 @@ def wait_replica_gtid(primary: MariaDB, replica: MariaDB, timeout: float = 120.0
             raise ReplicationStopped(f"replica server_id {replica.server_id} stopped: {replica_summary(status)}")
         return str(replica.sql("SELECT @@GLOBAL.gtid_slave_pos")[0][0])
 
-    wait_while_moving(lambda: executed() == gtid_binlog_pos(primary), executed, timeout,
+    wait_while_moving(executed, lambda now: now == gtid_binlog_pos(primary), timeout,
                       f"replica server_id {replica.server_id} did not reach {gtid_binlog_pos(primary)}")
 
 
@@ -165,10 +166,10 @@ def wait_relay_caught_up(primary: MariaDB, relay: RelayProcess, timeout: float =
         names = read_index(relay.data_dir)
         try:
             return (names[-1], (relay.data_dir / names[-1]).stat().st_size) if names else None
-        except FileNotFoundError:  # rotated between the two looks
+        except FileNotFoundError:  # the index names a new file an instant before it is created
             return None
 
-    wait_while_moving(lambda: newest() == primary.binlog_files()[-1], newest, timeout,
+    wait_while_moving(newest, lambda now: now == primary.binlog_files()[-1], timeout,
                       "the relay did not store the primary's newest file to its end")
 
 
