@@ -164,8 +164,8 @@ class TailScanner:
                 start = checkpoint.position
         try:
             size = os.stat(path).st_size
-        except FileNotFoundError:  # the relay lists a new file an instant before it creates it
-            return 4
+        except FileNotFoundError:
+            raise PlanError(f"{path} is listed in binlog.index but missing") from None
         if start > size or start < 4:
             start = 4
         if size <= 4:

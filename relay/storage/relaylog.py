@@ -119,6 +119,8 @@ class RelayLog:
         name = self.files[-1]
         path = self.path(name)
         if not path.exists() or path.stat().st_size < len(ev.BINLOG_MAGIC):
+            # listed before it exists (a data dir seeded from the archive names the file its newest
+            # file's ROTATE names), or a cut before the magic number was durable
             self._create_file(name)
         else:
             with open(path, "rb") as stream:
@@ -473,9 +475,12 @@ class RelayLog:
             self.history.finish_file(self.committed[0])
         if name in self.files:
             raise DataDirError(f"the primary started {name} again, but it is already stored")
-        self.files.append(name)
-        write_index(self.data_dir, self.files)  # index first: recovery recreates a missing last file
+        # the file before the index names it, so whoever reads binlog.index finds every file it
+        # lists; a crash in between leaves a file no index names, which this truncates when the
+        # upstream sends that file again
         self._create_file(name)
+        self.files.append(name)
+        write_index(self.data_dir, self.files)
         self._write_pos = self._durable_pos = 4
         self._last_event_start = 4
         self.committed = (name, 4)

@@ -164,10 +164,7 @@ def wait_relay_caught_up(primary: MariaDB, relay: RelayProcess, timeout: float =
     def newest() -> tuple[str, int] | None:
         relay.check_alive()
         names = read_index(relay.data_dir)
-        try:
-            return (names[-1], (relay.data_dir / names[-1]).stat().st_size) if names else None
-        except FileNotFoundError:  # the index names a new file an instant before it is created
-            return None
+        return (names[-1], (relay.data_dir / names[-1]).stat().st_size) if names else None
 
     wait_while_moving(newest, lambda now: now == primary.binlog_files()[-1], timeout,
                       "the relay did not store the primary's newest file to its end")
@@ -241,7 +238,7 @@ def stored_bytes(relay: RelayProcess) -> int:
     for name in relay.stored_files():
         try:
             total += (relay.data_dir / name).stat().st_size
-        except FileNotFoundError:  # purged or not yet created
+        except FileNotFoundError:  # purged meanwhile
             pass
     return total
 

@@ -135,6 +135,36 @@ def test_missing_indexed_file_is_an_error(tmp_path):
         RelayLog(tmp_path).open()
 
 
+NEXT = "mysql-bin.000002"
+
+
+def _whole_file_as(name: str) -> Segment:
+    chunks = [memoryview(event) for _, event in file_events(BINLOG)]
+    return Segment(name, 4, chunks, len(BINLOG) - 4, _group_ends(BINLOG)[-1], 4, new_file=True)
+
+
+def test_the_index_never_names_a_file_that_was_not_created(tmp_path):
+    """A reader of binlog.index (the pipeline's stream, a backup script) finds every file it lists:
+    a new file is created before the index names it."""
+    relay_log = _store_whole_file(tmp_path)
+    (tmp_path / NEXT).mkdir()  # the create fails, as on a full or read-only disk
+    with pytest.raises(OSError):
+        relay_log.apply([_whole_file_as(NEXT)])
+    assert read_index(tmp_path) == [NAME]
+    relay_log.close()
+
+
+def test_a_file_created_but_not_yet_listed_by_a_crash_is_stored_again_from_the_upstream(tmp_path):
+    _store_whole_file(tmp_path).close()
+    (tmp_path / NEXT).write_bytes(ev.BINLOG_MAGIC + b"left by a crash before the index named it")
+    relay_log = RelayLog(tmp_path)
+    relay_log.open()
+    assert relay_log.committed == (NAME, len(BINLOG))  # resumes after the listed files only
+    relay_log.apply([_whole_file_as(NEXT)])
+    relay_log.close()
+    assert read_index(tmp_path) == [NAME, NEXT]
+    assert (tmp_path / NEXT).read_bytes() == BINLOG
+
 def test_append_at_wrong_offset_is_refused(tmp_path):
     relay_log = _store_whole_file(tmp_path)
     with pytest.raises(DataDirError, match="does not continue"):
