@@ -131,6 +131,28 @@ def test_with_the_store_down_ingest_goes_on_and_nothing_unarchived_is_purged(
                    for key in (obj.name for obj in open_store(s3_server.store_config(prefix="relay")).list()))
 
 
+def test_a_relay_restarted_while_the_store_is_down_still_knows_what_it_archived(
+        mariadb_factory, relay_factory, s3_server):
+    """archive.json: the files only the archive holds stay part of the history the relay lists,
+    and nothing stored locally is taken for unarchived, while the store cannot be listed."""
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
+    write_files(primary, 5)
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary)
+             and metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the files were not archived")
+    wait_for(lambda: len(read_index(relay.data_dir)) <= 3, 30, "retention did not purge the archived files")
+    relay.stop()
+    s3_server.proxy.refuse()
+    relay.start()
+    relay.wait_listening()
+    assert [name for name, _ in relay_sql(relay, "SHOW BINARY LOGS")] == [n for n, _ in primary.binlog_files()]
+    assert metric(relay, "binlog_relay_archive_files") == len(closed)
+    assert metric(relay, "binlog_relay_archive_lag_files") == 0
+    wait_for(lambda: metric(relay, "binlog_relay_archive_store_up") == 0 and "retrying in" in relay.log_text(),
+             30, "the store was not seen down")
+    s3_server.proxy.accept()
+
+
 # ----------------------------------------------------------------------------- served back
 
 
