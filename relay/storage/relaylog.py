@@ -121,7 +121,7 @@ class RelayLog:
         if not path.exists() or path.stat().st_size < len(ev.BINLOG_MAGIC):
             # listed before it exists (a data dir seeded from the archive names the file its newest
             # file's ROTATE names), or a cut before the magic number was durable
-            self._create_file(name)
+            self._fd = self._create_file(name)
         else:
             with open(path, "rb") as stream:
                 if stream.read(4) != ev.BINLOG_MAGIC:
@@ -132,9 +132,9 @@ class RelayLog:
         if end < size:
             log.warning("recovery: cutting %d bytes of an incomplete event group from %s (kept up to %d)",
                         size - end, name, end)
-            os.ftruncate(self._fd, end)  # type: ignore[arg-type]
-            os.fsync(self._fd)  # type: ignore[arg-type]
-        os.lseek(self._fd, end, os.SEEK_SET)  # type: ignore[arg-type]
+            os.ftruncate(self._fd, end)
+            os.fsync(self._fd)
+        os.lseek(self._fd, end, os.SEEK_SET)
         self._write_pos = self._durable_pos = end
         self._last_event_start = last_start
         self.committed = (name, end)
@@ -465,22 +465,27 @@ class RelayLog:
             self.history.resume(name, end)
 
     def _begin_file(self, name: str) -> None:
-        if self.committed is not None:
+        if name in self.files:
+            raise DataDirError(f"the primary started {name} again, but it is already stored")
+        if self._fd is not None and self.committed is not None:  # (closed already if a try failed below)
             if self._write_pos != self.committed[1]:
                 raise DataDirError(f"{self.committed[0]} has an unfinished event group at its end")
             if self.sync != "none":  # a closed file is durable before the index names the next
                 self._fsync()
-            os.close(self._fd)  # type: ignore[arg-type]
+            os.close(self._fd)
             self._fd = None
             self.history.finish_file(self.committed[0])
-        if name in self.files:
-            raise DataDirError(f"the primary started {name} again, but it is already stored")
-        # the file before the index names it, so whoever reads binlog.index finds every file it
-        # lists; a crash in between leaves a file no index names, which this truncates when the
-        # upstream sends that file again
-        self._create_file(name)
+        # The file before the index names it, so whoever reads binlog.index finds every file it
+        # lists.  A crash or a full disk in between leaves a file no index names, truncated when
+        # the upstream sends that file again.
+        fd = self._create_file(name)
+        try:
+            write_index(self.data_dir, [*self.files, name])
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
         self.files.append(name)
-        write_index(self.data_dir, self.files)
         self._write_pos = self._durable_pos = 4
         self._last_event_start = 4
         self.committed = (name, 4)
@@ -492,12 +497,16 @@ class RelayLog:
         self._commit_event.set()
         self._commit_event = trio.Event()
 
-    def _create_file(self, name: str) -> None:
+    def _create_file(self, name: str) -> int:
         fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o640)
-        os.write(fd, ev.BINLOG_MAGIC)
-        os.fsync(fd)
-        fsync_dir(self.data_dir)
-        self._fd = fd
+        try:
+            os.write(fd, ev.BINLOG_MAGIC)
+            os.fsync(fd)
+            fsync_dir(self.data_dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # ------------------------------------------------------------ retention
 

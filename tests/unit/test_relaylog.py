@@ -354,3 +354,17 @@ def test_a_closed_file_cut_short_is_marked_damaged_up_to_its_last_whole_event(tm
     reopened.mark_cut_short(NAME, len(BINLOG))
     assert reopened.damaged[NAME] == events[len(events) // 2][0]
     reopened.close()
+
+
+def test_a_new_file_that_could_not_be_created_is_created_when_the_upstream_sends_it_again(tmp_path):
+    """A full disk at a rotate: ingest pauses, reconnects and is sent the new file again."""
+    relay_log = _store_whole_file(tmp_path)
+    (tmp_path / NEXT).mkdir()
+    with pytest.raises(OSError):
+        relay_log.apply([_whole_file_as(NEXT)])
+    relay_log.keep_whole_groups()  # what ingest does after a failed apply
+    (tmp_path / NEXT).rmdir()  # space again
+    relay_log.apply([_whole_file_as(NEXT)])
+    relay_log.close()
+    assert read_index(tmp_path) == [NAME, NEXT]
+    assert (tmp_path / NAME).read_bytes() == BINLOG and (tmp_path / NEXT).read_bytes() == BINLOG
