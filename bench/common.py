@@ -13,6 +13,7 @@ it measures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import mmap
 import os
@@ -550,6 +551,21 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return f"{head}{' + uncommitted changes in relay/' if dirty else ''}" if head else "unknown"
+
+
+COMPILED_MODULES = ("relay.binlog._scan", "relay.rows.coltypes._rowread", "relay.pipeline._jsontext")
+
+
+def missing_compiled_modules() -> list[str]:
+    """The relay's optional C modules (setup.py) this checkout lacks: without them it runs the same
+    loops in Python, several times slower, and a benchmark measures those."""
+    missing = []
+    for name in COMPILED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
 
 
 def relay_loops() -> str:

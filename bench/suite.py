@@ -36,7 +36,7 @@ from typing import Any
 from relay.sandbox.ports import free_port
 
 from . import archive, capacity, catchup, decode, gtidstart, ingest, latency, memory, search
-from .common import REPO_ROOT, log, machine_info, run_main, sandbox_primary
+from .common import REPO_ROOT, log, machine_info, missing_compiled_modules, run_main, sandbox_primary
 
 SCENARIOS = ("latency", "capacity", "catchup", "ingest", "memory", "decode", "gtidstart", "search", "archive")
 ASSETS = "benchmarks"  # beside BENCHMARKS.md: the pictures and the JSON
@@ -496,6 +496,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.scenarios) - set(SCENARIOS)
     if unknown:
         p.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    missing = [] if args.smoke or args.from_json else missing_compiled_modules()
+    if missing:
+        p.error(f"{', '.join(missing)} not built here, so the relay would run its loops in Python and every "
+                "figure would measure those; build them first: pip install -e . (or python3 setup.py build_ext "
+                "--inplace). A fresh git worktree or clone has none.")
     return args
 
 

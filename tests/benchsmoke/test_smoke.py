@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 
 from bench import archive as bench_archive
 from bench import suite
@@ -115,3 +116,18 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
         width, height = struct.unpack(">II", png[16:24])
         assert width >= 300 and height >= 200 and len(png) > 5_000, (name, width, height, len(png))
         assert f"]({picture})" in text
+
+
+def test_a_real_run_refuses_a_checkout_without_the_compiled_modules(monkeypatch, capsys):
+    """A fresh worktree has no built C modules: the relay would run its Python loops, several times
+    slower, and the run's figures would measure those (one such run on 2026-11-27 did)."""
+    assert suite.parse_args(["--scenarios", "archive"]).scenarios == ["archive"]  # built here
+    monkeypatch.setitem(sys.modules, "relay.pipeline._jsontext", None)  # as if never built
+    try:
+        suite.parse_args(["--scenarios", "archive"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("a run without the compiled modules was accepted")
+    assert "relay.pipeline._jsontext not built" in capsys.readouterr().err
+    assert suite.parse_args(["--smoke"]).smoke  # a smoke run judges no figure
