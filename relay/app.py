@@ -144,6 +144,10 @@ class Relay:
             now = time.time()
             try:
                 await self._book_replicas(now)
+            except OSError as exc:  # written again at the next round; no purge before it protects them
+                log.error("retention: cannot write the replica book, nothing purged until it is written: %s", exc)
+                continue
+            try:
                 self.retention.enforce(now)
             except (OSError, DataDirError) as exc:  # retried on the next round, never fatal
                 log.error("retention: purge failed: %s", exc)

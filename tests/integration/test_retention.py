@@ -449,3 +449,36 @@ async def test_a_replica_is_in_the_book_as_soon_as_its_dump_starts(mariadb_facto
         assert relay.registry.all_dumps  # still reading: booked at its start, not at its end
         await trio.to_thread.run_sync(replica.sql, "STOP SLAVE")
         nursery.cancel_scope.cancel()
+
+
+def test_a_replica_book_that_cannot_be_written_holds_the_purge_until_it_is(mariadb_factory, tmp_path):
+    """The book is what protects, across a restart, the files of a replica that went away: while it
+    cannot be made durable nothing is purged, and the log says that this is why (not a failed purge)."""
+    primary = mariadb_factory(server_id=1, extra_args=SMALL_BINLOGS)
+    relay = _relay(tmp_path, primary, storage=_retention(max_size=MAX_SIZE, min_files=2))
+    try:
+        _prepare(primary)
+        _rotate(primary, 3)
+        _wait_suffix_mirror(primary, relay, what="the first files stored")
+        obstacle = relay.data_dir / f"{BOOK_FILE}.tmp"
+        obstacle.mkdir()  # the book's temp file cannot be opened: as a disk refusing writes would
+        oldest = relay.stored_files()[0]
+        replica = RawDump(relay.port)  # a replica to book
+        replica.start_dump(relay.stored_files()[-1], 4, 59)
+        replica.first_packet()
+        replica.close()
+        _rotate(primary, 15)
+        _wait_suffix_mirror(primary, relay, lambda: _stored_bytes(relay) > 2 * MAX_SIZE,
+                            what="the primary's files, over max_size")
+        wait_for(lambda: "cannot write the replica book, nothing purged until it is written" in relay.log_text(),
+                 3 * RETENTION_PERIOD, "the failed write of the book was not logged")
+        _holds_for(lambda: relay.stored_files()[0] == oldest, 2 * RETENTION_PERIOD + 1,
+                   "a file was purged while the replica book could not be written")
+        assert "purge failed" not in relay.log_text()
+        obstacle.rmdir()
+        wait_for(lambda: oldest not in relay.stored_files(), 3 * RETENTION_PERIOD + 5,
+                 "nothing was purged once the book could be written")
+        assert json.loads((relay.data_dir / BOOK_FILE).read_text())["59"]["file"]
+    finally:
+        assert relay.stop() == 0
+    assert "Traceback" not in relay.log_text()
