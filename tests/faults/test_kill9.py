@@ -11,7 +11,7 @@ import time
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from tests.faults.conftest import KILL9_CYCLES
-from tests.support.faults import SequenceLoad, converged, stored_bytes
+from tests.support.faults import SequenceLoad, converged, written_bytes
 from tests.support.relay import assert_index_matches_files
 
 
@@ -31,8 +31,8 @@ def test_kill9_under_write_load(mariadb_factory, fault_relay, fault_figures):
             # a random moment: after some more stored bytes (inside a group, a write, an fsync...),
             # or after a random time, whichever the draw picks
             if rng.random() < 0.5:
-                target = stored_bytes(relay) + rng.randint(1, 60_000)
-                wait_for(lambda target=target: stored_bytes(relay) >= target, 60,
+                target = written_bytes(relay) + rng.randint(1, 60_000)
+                wait_for(lambda target=target: written_bytes(relay) >= target, 60,
                          f"cycle {cycle}: the relay stored nothing more")
             else:
                 deadline = time.monotonic() + rng.uniform(0.0, 0.4)

@@ -233,14 +233,10 @@ def converged_after_purges(primary: MariaDB, relay: RelayProcess, replicas: list
     return Recovery(mirror, time.monotonic() - started)
 
 
-def stored_bytes(relay: RelayProcess) -> int:
-    total = 0
-    for name in relay.stored_files():
-        try:
-            total += (relay.data_dir / name).stat().st_size
-        except FileNotFoundError:  # purged meanwhile
-            pass
-    return total
+def written_bytes(relay: RelayProcess) -> int:
+    """Bytes the running relay process appended to its binlog files: a counter, which retention's
+    purges do not lower (a sum of the stored files' sizes does)."""
+    return int(metric(relay, "binlog_relay_stored_written_bytes_total") or 0)
 
 
 # ------------------------------------------------------------------ the relay's metrics
