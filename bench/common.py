@@ -569,11 +569,9 @@ def missing_compiled_modules() -> list[str]:
 
 
 def relay_loops() -> str:
-    """Which per-event loops the relay runs: the compiled ones (relay/binlog/_scan.c) or Python's."""
-    from relay.replication import outbound, stream
-
-    compiled = stream._compiled_scan is not None and outbound._compiled_frame is not None
-    return "compiled" if compiled else "python (relay/binlog/_scan.c not built)"
+    """Which per-event loops the relay runs: the compiled ones or Python's."""
+    missing = missing_compiled_modules()
+    return f"python ({', '.join(missing)} not built)" if missing else "compiled"
 
 
 # ---------------------------------------------------------------- profiles

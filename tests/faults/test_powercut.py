@@ -126,13 +126,18 @@ def _assert_prefixes_of_the_primary(primary, data_dir: Path) -> None:  # type: i
         assert stored == original, f"{name}: the stored {len(stored)} bytes are not the primary's"
 
 
+def _committed_end(relay) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    """The relay's committed end (file, position), from its metrics."""
+    values = Scrape.fetch(relay.metrics_port)
+    number = int(values.value("binlog_relay_committed_file_number") or 0)
+    name = next(n for n in _index(relay.data_dir) if int(n.rsplit(".", 1)[1]) == number)
+    return name, int(values.value("binlog_relay_committed_position_bytes") or 0)
+
+
 def _committed_at_a_group_end(primary, relay) -> None:  # type: ignore[no-untyped-def]
     """After the restart the relay's committed end is where a transaction ends (recovery cut any
     partial one off), and what it holds up to there is the primary's."""
-    values = Scrape.fetch(relay.metrics_port)
-    number = int(values.value("binlog_relay_committed_file_number") or 0)
-    end = int(values.value("binlog_relay_committed_position_bytes") or 0)
-    name = next(n for n in _index(relay.data_dir) if int(n.rsplit(".", 1)[1]) == number)
+    name, end = _committed_end(relay)
     data = (relay.data_dir / name).read_bytes()[:end]
     events = _whole_events(data)
     assert sum(e.length for e in events) == end - 4, f"{name}: the committed end {end} is inside an event"
@@ -152,10 +157,7 @@ def _wait_replica_read_up_to_the_relay(replica, relay, cycle: int) -> None:  # t
     further behind at each: a long run left it thousands of files back, where no cut can find it
     ahead of the relay and where retention may purge nothing (the files it will read are kept), so
     every cycle read more files than the last."""
-    values = Scrape.fetch(relay.metrics_port)
-    number = int(values.value("binlog_relay_committed_file_number") or 0)
-    end = (f"{FIRST_FILE.rsplit('.', 1)[0]}.{number:06d}",
-           int(values.value("binlog_relay_committed_position_bytes") or 0))
+    end = _committed_end(relay)
 
     def read() -> tuple[str, int]:
         status = replica.slave_status()
