@@ -125,18 +125,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .storage.files import DataDirError
     from .storage.search import StoredHistory, parse_moment
 
-    archived = None
+    settings = None
     data_dir = args.data_dir
-    if args.config:  # the configuration's data_dir, and its archive (the relay's list of it)
+    if args.config:  # the configuration's data_dir, and its archive
         from .app import archive_settings
         from .archive.search import ArchivedHistory
 
         config = _load(args.config)
         data_dir = config.data_dir
         settings = archive_settings(config)
-        archived = ArchivedHistory(settings, Path(data_dir)) if settings is not None else None
     try:
         history = StoredHistory(data_dir)
+        archived = ArchivedHistory(settings, Path(data_dir)) if settings is not None else None
         if args.time:
             moment = parse_moment(args.time)
             found = history.at_time(moment)

@@ -2,7 +2,10 @@
 starts after the moment or lacks the GTID, the archive's list (archive.json in data_dir, written by
 the relay) says which archived file may hold the answer (its first commit time, the GTID_LIST it
 starts with); that file, and the one after it when the answer's "next" is there, are fetched into a
-temporary directory and searched as stored files are (storage/search.py).  Read only: the relay
+temporary directory and searched as stored files are (storage/search.py).  Without that list (the
+relay never listed this archive: the store was down since its start, or data_dir came from
+``binlog-relay import``), the store is listed here, so that an answer never leaves the archive out
+unsaid: a store that cannot be reached is an error, not a local-only answer.  Read only: the relay
 may be running.  Blocking.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from ..gtid.gtid import Gtid, parse_gtid_position
 from ..storage.index import read_index, write_index
 from ..storage.search import StoredHistory
 from .archiver import ArchiveSettings, load_catalog
-from .objects import ArchivedFile, ArchivedFileReader
+from .objects import ArchivedFile, ArchivedFileReader, list_archive, read_file_start_gtids
 from .store import ObjectStore, open_store
 
 
@@ -26,11 +30,19 @@ class ArchivedHistory:
     def __init__(self, settings: ArchiveSettings, data_dir: Path) -> None:
         self.settings = settings
         self.data_dir = data_dir
-        self.catalog = load_catalog(data_dir, str(settings.store.url))
+        self._store: ObjectStore | None = None
+        # listed files lack their first commit time (at_time then reads them newest first) and their
+        # GTID_LIST (read when a GTID is looked for)
+        self.catalog = load_catalog(data_dir, str(settings.store.url)) or list_archive(self.store)
         local = read_index(data_dir)
         # the archived files older than the oldest stored one: the history before the local one
         self.names = sorted(name for name in self.catalog if not local or name < local[0])
-        self._store: ObjectStore | None = None
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            self._store = open_store(self.settings.store)
+        return self._store
 
     def at_time(self, moment: int, local: dict[str, Any]) -> dict[str, Any]:
         """The local answer, or, when the local history begins after ``moment``, the archive's."""
@@ -71,13 +83,20 @@ class ArchivedHistory:
         return local
 
     def _file_holding(self, gtid: Gtid) -> str | None:
-        states = [self._state(self.catalog[name]) for name in self.names]
+        states = [self._state(self._with_start(name)) for name in self.names]
         for index, name in enumerate(self.names):
             before = states[index].get((gtid.domain_id, gtid.server_id), 0)
             after = states[index + 1].get((gtid.domain_id, gtid.server_id)) if index + 1 < len(states) else None
             if before < gtid.seq_no and (after is None or gtid.seq_no <= after):
                 return name
         return None
+
+    def _with_start(self, name: str) -> ArchivedFile:
+        archived = self.catalog[name]
+        if archived.start_state is None:
+            start = read_file_start_gtids(self.store, name, self.settings.keks)
+            archived = self.catalog[name] = replace(archived, start_state=start.gtid_list)
+        return archived
 
     @staticmethod
     def _state(archived: ArchivedFile) -> dict[tuple[int, int], int]:
@@ -90,11 +109,9 @@ class ArchivedHistory:
     @contextmanager
     def _fetched(self, names: list[str]) -> Iterator[Path]:
         """A temporary data_dir holding the archived ``names``, fetched frame by frame."""
-        if self._store is None:
-            self._store = open_store(self.settings.store)
         with tempfile.TemporaryDirectory(prefix="binlog-relay-search-") as tmp:
             directory = Path(tmp)
             for name in names:
-                ArchivedFileReader(self._store, name, self.settings.keks).copy_to(directory / name)
+                ArchivedFileReader(self.store, name, self.settings.keks).copy_to(directory / name)
             write_index(directory, names)
             yield directory

@@ -529,3 +529,21 @@ def test_search_with_the_config_answers_from_files_only_the_archive_holds(
         assert expected["gtids"][0]["transaction"] is not None
         assert search("--gtid", gtid) == expected, gtid
     assert sum(search("--gtid", gtid)["files"][0] in purged for gtid in gtids) >= 2
+
+    # Without the relay's list of the archive (a relay that never reached the store, a data_dir
+    # made by import): the store is listed, the answers are the same.
+    assert relay.stop() == 0
+    (relay.data_dir / "archive.json").unlink()
+    for moment in (first_commit - 1, first_commit, first_commit + 1, last_commit - 1, last_commit + 1):
+        assert search("--time", f"@{moment}") == oracle.at_time(moment), moment
+    for gtid in gtids:
+        assert search("--gtid", gtid) == oracle.holding(gtid), gtid
+    # ... and a store that cannot be reached is an error, never an answer that leaves the archive out
+    config = json.loads(relay.config_path.read_text())
+    config["archive"]["endpoint_url"] = f"http://{LOOPBACK}:{free_port()}"
+    unreachable = tmp_path / "unreachable.yaml"
+    unreachable.write_text(json.dumps(config))
+    run = subprocess.run([sys.executable, "-m", "relay.cli", "search", "--config", str(unreachable), "--time",
+                          f"@{first_commit}"], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout) == (1, ""), run.stdout
+    assert run.stderr.startswith("binlog-relay search: the archive: "), run.stderr
