@@ -34,6 +34,7 @@ import trio
 
 from ..errors import RelayError
 from ..storage.files import DataDirLock, atomic_write, make_durable_dir
+from ..storage.history import HistoryIndex
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index
 from ..storage.relaylog import RelayLog
@@ -216,7 +217,8 @@ class Archiver:
         """Check and upload ``names`` at once (a small file's upload is mostly the store's latency),
         then record what went up, in order; the first failure is raised after the others are kept."""
         started = time.monotonic()
-        outcomes = await trio.to_thread.run_sync(self._check_and_upload, names)
+        times = {name: self._commit_times(name) for name in names}
+        outcomes = await trio.to_thread.run_sync(self._check_and_upload, names, times)
         failure: BaseException | None = None
         for name, outcome in zip(names, outcomes, strict=True):
             if isinstance(outcome, ArchivedFile):
@@ -257,6 +259,8 @@ class Archiver:
             growing.stop()
             return
         closed = growing.name != files[-1]
+        if closed and growing.closed_at is None:
+            growing.commit_times = self._commit_times(growing.name)
         try:
             growing.grew(self.relay_log.path(growing.name).stat().st_size if closed
                          else self.relay_log.file_end(growing.name), closed)
@@ -269,7 +273,7 @@ class Archiver:
         try:
             archived = await run_abandonable(partial(upload, store, growing.path, name, kek=kek,
                                                      level=self.settings.level, read_back=self.settings.read_back,
-                                                     chunks=growing.chunks))
+                                                     chunks=growing.chunks, commit_times=lambda: growing.commit_times))
         except trio.Cancelled:
             growing.stop()  # the thread aborts the upload
             raise
@@ -290,8 +294,10 @@ class Archiver:
 
     # ------------------------------------------------------------ the closed files
 
-    def _check_and_upload(self, names: list[str]) -> list[ArchivedFile | BaseException]:
-        """Blocking: each file checked and uploaded in a thread of its own; what each came to."""
+    def _check_and_upload(self, names: list[str], times: dict[str, tuple[int, int] | None]
+                          ) -> list[ArchivedFile | BaseException]:
+        """Blocking: each file checked and uploaded in a thread of its own, with its commit times;
+        what each came to."""
         store = self.store
         assert store is not None
         kek = self.settings.keks[0] if self.settings.keks else None
@@ -300,7 +306,8 @@ class Archiver:
             path = self.relay_log.path(name)
             try:
                 check_file(path, name)
-                return upload(store, path, name, kek=kek, level=self.settings.level, read_back=self.settings.read_back)
+                return upload(store, path, name, kek=kek, level=self.settings.level, read_back=self.settings.read_back,
+                              commit_times=lambda: times[name])
             except (BinlogImportError, RelayError, OSError) as exc:
                 return exc
 
@@ -313,10 +320,10 @@ class Archiver:
         log.error("archive: %s is not uploaded, its events fail their checks (%s); it stays on the local "
                   "disk until it is repaired", name, exc)
 
+    def _commit_times(self, name: str) -> tuple[int, int] | None:
+        return commit_times(self.relay_log.history, name)  # the file is still stored: its index tells
+
     def _record(self, name: str, archived: ArchivedFile, took: str) -> None:
-        summary = self.relay_log.history.summary(name)  # the file is still stored: its index tells
-        if summary is not None:
-            archived = replace(archived, commit_lo=summary.commit_lo, commit_hi=summary.commit_hi)
         self.files[name] = archived
         self._not_followed.discard(name)
         self.status.uploaded_files += 1
@@ -380,6 +387,19 @@ class Archiver:
 
     def _load_catalog(self) -> dict[str, ArchivedFile]:
         return load_catalog(Path(self.relay_log.data_dir), self.url)
+
+
+def commit_times(history: HistoryIndex, name: str) -> tuple[int, int] | None:
+    """The lowest and highest header times of a closed file's commits, from its index (None: no
+    commit, or not known: they only spare a search reading archived files, never stop an upload)."""
+    try:
+        summary = history.summary(name)
+    except (OSError, RelayError) as exc:
+        log.warning("archive: the commit times of %s are not known (%s); a search by time reads it", name, exc)
+        return None
+    if summary is None or summary.commit_lo is None or summary.commit_hi is None:
+        return None
+    return summary.commit_lo, summary.commit_hi
 
 
 def load_catalog(data_dir: Path, url: str) -> dict[str, ArchivedFile]:
@@ -461,8 +481,11 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
         store.check()
         store.abort_stale_uploads()
         archived = list_archive(store, load_catalog(data_dir, url))
-        closed = read_index(data_dir)[:-1]
+        stored = read_index(data_dir)
+        closed = stored[:-1]
         pending = [name for name in closed if name not in archived]
+        history = HistoryIndex(data_dir, lambda: stored, lambda name: (data_dir / name).stat().st_size,
+                               writable=False)
         total = sum((data_dir / name).stat().st_size for name in pending)
         done_bytes, uploaded, skipped = 0, [], []
         started = time.monotonic()
@@ -477,7 +500,8 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                     skipped.append(name)
                     progress(f"{name} not archived: its events fail their checks ({exc})")
                     continue
-                archived[name] = upload(store, path, name, kek=kek, level=settings.level, read_back=settings.read_back)
+                archived[name] = upload(store, path, name, kek=kek, level=settings.level, read_back=settings.read_back,
+                                        commit_times=partial(commit_times, history, name))
                 if time.monotonic() - saved_at >= CATALOG_SAVE_SECONDS:  # not once a file: it grows with each
                     save_catalog(data_dir, url, archived)
                     saved_at = time.monotonic()

@@ -41,6 +41,9 @@ class GrowingFile:
         self._stopped = False
         self._wanted = 0  # the end the upload thread waits for: it is woken only then
         self.closed_at: float | None = None  # time.monotonic() when told closed
+        # the closed file's commit times (its index's), set by the trio side before it tells the
+        # file closed: the meta document carries them
+        self.commit_times: tuple[int, int] | None = None
 
     def grew(self, committed: int, closed: bool) -> None:
         """From the trio side: the file is committed up to ``committed``, and closed or not."""

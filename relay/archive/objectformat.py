@@ -79,7 +79,11 @@ Why these choices:
   useful forever).  The meta is also the archive's commit record: the uploader writes it after the
   object is complete, so an object without its meta is an unfinished upload.  An encrypted object
   whose meta is lost cannot be read: keep both.  The meta names the KEK by ``key_id``, a short
-  SHA-256 fingerprint, so a rotation can tell which KEK wrapped which object.
+  SHA-256 fingerprint, so a rotation can tell which KEK wrapped which object.  It also carries,
+  when the uploader knew them, the lowest and highest header times of the file's commits
+  (``commit_times``: ``[lo, hi, check]``, the check the CRC32 of ``"<object id hex>:<lo>:<hi>"``;
+  absent otherwise): a relay that lists the archive (on an empty disk, or without its
+  archive.json) knows which file a search by time must read without reading any.
 
 Reading: GET the last ``min(TRAILER_PROBE, size)`` bytes, ask ``trailer_length`` how many are
 needed (one more ranged GET in the rare case the seek table is longer), ``ObjectLayout.parse`` them,
@@ -256,6 +260,7 @@ class ObjectMeta:
     frames: int
     chunk_size: int
     encryption: Envelope | None = None
+    commit_times: tuple[int, int] | None = None  # the file's commits' lowest and highest header times
 
     def to_json(self) -> bytes:
         document: dict[str, object] = {
@@ -275,6 +280,8 @@ class ObjectMeta:
             "object_id": self.object_id.hex(),
             "object_size": self.object_size,
         }
+        if self.commit_times is not None:  # absent rather than null: a meta written without it keeps its bytes
+            document["commit_times"] = [*self.commit_times, _times_check(self.object_id, *self.commit_times)]
         return (json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True) + "\n").encode()
 
     @classmethod
@@ -318,8 +325,24 @@ class ObjectMeta:
             if not isinstance(envelope["kek_id"], str) or not isinstance(envelope["wrapped_key"], str):
                 raise TypeError("encryption")
             encryption = Envelope(envelope["kek_id"], base64.b64decode(envelope["wrapped_key"], validate=True))
+        commit_times = None
+        if "commit_times" in document:
+            times = document["commit_times"]
+            if not isinstance(times, list) or len(times) != 3 or not all(_is_int(t) and t >= 0 for t in times):
+                raise TypeError("commit_times")
+            lo, hi, check = times
+            # nothing else in the meta or the object vouches for them, and a wrong time would make a
+            # search pass the file holding the answer
+            if lo > hi or check != _times_check(bytes.fromhex(object_id), lo, hi):
+                raise ValueError("commit_times")
+            commit_times = (lo, hi)
         return cls(name, bytes.fromhex(object_id), _size(document, "file_size"), _size(document, "object_size"),
-                   _size(document, "frames"), _size(document, "chunk_size"), encryption)
+                   _size(document, "frames"), _size(document, "chunk_size"), encryption, commit_times)
+
+
+def _times_check(object_id: bytes, lo: int, hi: int) -> int:
+    """CRC32 of the commit times, tied to the object."""
+    return zlib.crc32(f"{object_id.hex()}:{lo}:{hi}".encode())
 
 
 def _is_int(value: object) -> bool:

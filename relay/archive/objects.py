@@ -22,7 +22,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -95,8 +95,10 @@ class ArchivedFile:
 
     @classmethod
     def of(cls, meta: ObjectMeta, archived_at: float, start: FileStartGtids | None = None) -> ArchivedFile:
+        commit_lo, commit_hi = meta.commit_times or (None, None)
         return cls(meta.name, meta.file_size, meta.object_size, meta.encryption is not None, archived_at,
-                   start.gtid_list if start else None, previous_gtids=start.previous_gtids if start else None)
+                   start.gtid_list if start else None, commit_lo, commit_hi,
+                   previous_gtids=start.previous_gtids if start else None)
 
 
 @dataclass(frozen=True)
@@ -140,12 +142,14 @@ class UploadMismatch(ArchiveDamaged):
 
 def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
            chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS, read_back: bool = False,
-           chunks: Callable[[int], Iterable[bytes]] | None = None) -> ArchivedFile:
+           chunks: Callable[[int], Iterable[bytes]] | None = None,
+           commit_times: Callable[[], tuple[int, int] | None] = lambda: None) -> ArchivedFile:
     """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
     stream it into its object (``workers`` chunks compressed at once), check that the store holds
-    exactly what was sent (verify_upload), then store the meta document, which commits it.
-    ``chunks(chunk_size)``, if given, is where the file's bytes come from instead, as it is still
-    written (archive/growing.py): the object is completed once that ends."""
+    exactly what was sent (verify_upload), then store the meta document, which commits it, with
+    ``commit_times()`` (asked once the file is whole: its index's).  ``chunks(chunk_size)``, if
+    given, is where the file's bytes come from instead, as it is still written
+    (archive/growing.py): the object is completed once that ends."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
     source = chunks(chunk_size) if chunks is not None else _file_chunks(path, chunk_size)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
@@ -154,6 +158,7 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     assert meta is not None  # set by finish(), which _object_frames called
     how = verify_upload(store, meta, sent, [kek] if kek is not None else [], read_back)
     log.debug("archive: %s verified by the %s", name, how)
+    meta = replace(meta, commit_times=commit_times())
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)

@@ -31,8 +31,8 @@ class ArchivedHistory:
         self.settings = settings
         self.data_dir = data_dir
         self._store: ObjectStore | None = None
-        # listed files lack their first commit time (at_time then reads them newest first) and their
-        # GTID_LIST (read when a GTID is looked for)
+        # listed files have their commit times if their meta documents do (at_time reads the others
+        # newest first), not their GTID_LISTs (read when a GTID is looked for)
         self.catalog = load_catalog(data_dir, str(settings.store.url)) or list_archive(self.store)
         local = read_index(data_dir)
         # the archived files older than the oldest stored one: the history before the local one

@@ -363,6 +363,11 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     new relay with the same archive and upstream seeds itself with the newest archived file, serves
     the older ones from the archive, and ingests on from where the archive ends: no gap, and the
     primary is never asked for a file it purged (it would refuse)."""
+    import time
+
+    from relay.archive.archiver import load_catalog
+
+    began = int(time.time())
     primary = mariadb_factory(server_id=1)
     archive = archive_config(s3_server)
     first = relay_factory("first", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
@@ -389,7 +394,32 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     run = _mariadb_binlog(second.port, closed[0], tmp_path / "raw")
     assert run.returncode == 0, run.stderr
     assert not copy_differences(everything, tmp_path / "raw")
+    # The archived files' commit times came back with the listing (their meta documents): a search
+    # by time passes the files that cannot hold the answer without reading them.
+    expected = _commit_times(closed, saved)
+    assert all(began <= lo <= hi <= time.time() for lo, hi in expected.values())
+    wait_for(lambda: set(closed) <= set(load_catalog(second.data_dir, archive["url"])), 30,
+             "the second relay did not save its list of the archive")
+    catalog = load_catalog(second.data_dir, archive["url"])
+    assert {name: (catalog[name].commit_lo, catalog[name].commit_hi) for name in closed} == expected
     assert "Traceback" not in second.log_text()
+
+
+def _commit_times(names: list[str], copies: Path) -> dict[str, tuple[int, int]]:
+    """The lowest and highest commit times of each of ``names``, from an index over the primary's
+    copies of the files (in ``copies``, with the file after them)."""
+    from relay.storage.history import HistoryIndex
+    from relay.storage.index import write_index
+
+    every = sorted(path.name for path in copies.iterdir() if not path.name.endswith(".index"))
+    write_index(copies, every)
+    index = HistoryIndex(copies, lambda: every, lambda name: (copies / name).stat().st_size, writable=False)
+    times = {}
+    for name in names:
+        summary = index.summary(name)
+        assert summary is not None and summary.commit_lo is not None and summary.commit_hi is not None, name
+        times[name] = (summary.commit_lo, summary.commit_hi)
+    return times
 
 
 def test_the_archive_command_uploads_a_relays_backlog_and_rotates_its_key(
@@ -423,6 +453,16 @@ def test_the_archive_command_uploads_a_relays_backlog_and_rotates_its_key(
     assert len(progress) == len(closed) and progress[-1].startswith(f"archived {len(closed)}/{len(closed)} files")
     store = open_store(s3_server.store_config(prefix="relay"))
     assert sorted(list_archive(store)) == closed
+    copies = tmp_path / "primary-copies"
+    copies.mkdir()
+    for name, _ in primary.binlog_files():
+        (copies / name).write_bytes(primary.binlog_path(name).read_bytes())
+    expected_times = _commit_times(closed, copies)
+
+    def listed_times() -> dict[str, tuple[int | None, int | None]]:
+        return {name: (archived.commit_lo, archived.commit_hi) for name, archived in list_archive(store).items()}
+
+    assert listed_times() == expected_times  # from each file's index, into its meta document
     old_only, new_only = read_keks(str(old_key), []), read_keks(str(new_key), [])
     for name in closed:
         reader = ArchivedFileReader(store, name, old_only)
@@ -440,6 +480,7 @@ def test_the_archive_command_uploads_a_relays_backlog_and_rotates_its_key(
         assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes()
         with pytest.raises(ArchiveKeyError):
             ArchivedFileReader(store, name, old_only)
+    assert listed_times() == expected_times  # a re-wrapped meta keeps them
     twice = subprocess.run(command + ["--rewrap"], capture_output=True, text=True, timeout=60)
     assert twice.returncode == 0 and f"{len(closed)} were under the current key already" in twice.stdout
 

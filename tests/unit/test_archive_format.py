@@ -327,9 +327,11 @@ def test_a_flipped_byte_names_the_frame_and_its_file_bytes() -> None:
 
 
 @pytest.mark.parametrize("kek", [None, KEK], ids=["plain", "encrypted"])
-def test_every_flipped_byte_of_the_meta_document_is_detected(kek: Kek | None) -> None:
+@pytest.mark.parametrize("times", [None, (1795615378, 1795615444)], ids=["no-times", "times"])
+def test_every_flipped_byte_of_the_meta_document_is_detected(kek: Kek | None, times: tuple[int, int] | None) -> None:
     data = binlog_like(2 * CHUNK + 1)
     obj, meta = archive(data, kek=kek)
+    meta = replace(meta, commit_times=times)
     document = meta.to_json()
     version_digit = document.index(b'"archive_format":') + len(b'"archive_format":')
     for position in range(len(document)):
@@ -341,6 +343,24 @@ def test_every_flipped_byte_of_the_meta_document_is_detected(kek: Kek | None) ->
             expected = ArchiveUnsupported if position == version_digit and result is not ArchiveDamaged \
                 else ArchiveDamaged
             assert result is expected, (position, chr(document[position]), mask, result)
+
+
+def test_commit_times_travel_in_the_meta_document_and_only_when_known() -> None:
+    _, meta = archive(binlog_like(CHUNK + 1))
+    assert b"commit_times" not in meta.to_json()  # a meta of a file without them keeps its bytes
+    timed = replace(meta, commit_times=(1795615378, 1795615444))
+    assert ObjectMeta.from_json(timed.to_json(), "m") == timed
+    assert ObjectMeta.from_json(meta.to_json(), "m").commit_times is None
+    # the check ties them to their object: another object's times do not pass
+    def times_of(document: bytes) -> bytes:
+        start = document.index(b'"commit_times":')
+        return document[start:document.index(b"]", start) + 1]
+
+    other = replace(timed, object_id=bytes(16))
+    swapped = timed.to_json().replace(times_of(timed.to_json()), times_of(other.to_json()))
+    assert swapped != timed.to_json()
+    with pytest.raises(ArchiveDamaged):
+        ObjectMeta.from_json(swapped, "m")
 
 
 @pytest.mark.parametrize("kek", [None, KEK], ids=["plain", "encrypted"])
