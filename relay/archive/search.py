@@ -19,10 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from ..gtid.gtid import Gtid, parse_gtid_position
+from ..gtid.mysqlgtid import GtidSet
 from ..storage.index import read_index, write_index
 from ..storage.search import StoredHistory
 from .archiver import ArchiveSettings, load_catalog
-from .objects import ArchivedFile, ArchivedFileReader, list_archive, read_file_start_gtids
+from .objects import (
+    START_READ,
+    ArchivedFile,
+    ArchivedFileReader,
+    file_start_gtids,
+    list_archive,
+    read_file_start_gtids,
+)
 from .store import ObjectStore, open_store
 
 
@@ -64,9 +72,11 @@ class ArchivedHistory:
 
     def holding(self, text: str, local: dict[str, Any]) -> dict[str, Any]:
         """MariaDB GTIDs the local history lacks, looked for in the archived file whose GTID_LIST
-        and the next one's enclose them."""
-        if "gtids" not in local or not self.names:
+        and the next one's enclose them; for a MySQL GTID set, the archived files holding part of it."""
+        if not self.names:
             return local
+        if "gtids" not in local:
+            return self._holding_set(GtidSet.parse(text), local)
         wanted = parse_gtid_position(text)
         missing = [entry for entry in local["gtids"] if entry["transaction"] is None]
         files = set(local["files"])
@@ -82,6 +92,24 @@ class ArchivedHistory:
         local["files"] = sorted(files, key=lambda name: (name not in self.names, name))
         return local
 
+    def _holding_set(self, wanted: GtidSet, local: dict[str, Any]) -> dict[str, Any]:
+        """An archived MySQL file holds what the next file's PREVIOUS_GTIDS has and its own has not
+        (the next file: the next archived one, or the oldest local one); one without PREVIOUS_GTIDS
+        (MariaDB's) holds no MySQL GTID."""
+        starts = [self._with_start(name).previous_gtids for name in self.names]
+        with open(self.data_dir / read_index(self.data_dir)[0], "rb") as oldest_local:
+            starts.append(file_start_gtids(oldest_local.read(START_READ)).previous_gtids)
+        files = []
+        for index, name in enumerate(self.names):
+            before, after = starts[index], starts[index + 1]
+            if before is None or after is None:
+                continue
+            held = GtidSet.parse(after).minus(GtidSet.parse(before))
+            common = held.minus(held.minus(wanted))
+            if common:
+                files.append({"file": name, "gtids": str(common).replace("\n", "")})
+        return {**local, "files": files + local["files"]}
+
     def _file_holding(self, gtid: Gtid) -> str | None:
         states = [self._state(self._with_start(name)) for name in self.names]
         for index, name in enumerate(self.names):
@@ -95,7 +123,8 @@ class ArchivedHistory:
         archived = self.catalog[name]
         if archived.start_state is None:
             start = read_file_start_gtids(self.store, name, self.settings.keks)
-            archived = self.catalog[name] = replace(archived, start_state=start.gtid_list)
+            archived = self.catalog[name] = replace(archived, start_state=start.gtid_list,
+                                                    previous_gtids=start.previous_gtids)
         return archived
 
     @staticmethod
