@@ -259,11 +259,9 @@ class Archiver:
             growing.stop()
             return
         closed = growing.name != files[-1]
-        if closed and growing.closed_at is None:
-            growing.commit_times = self._commit_times(growing.name)
         try:
             growing.grew(self.relay_log.path(growing.name).stat().st_size if closed
-                         else self.relay_log.file_end(growing.name), closed)
+                         else self.relay_log.file_end(growing.name), closed, partial(self._commit_times, growing.name))
         except OSError:
             growing.stop()  # and the file is uploaded once closed, if it is still there
 

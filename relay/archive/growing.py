@@ -41,14 +41,15 @@ class GrowingFile:
         self._stopped = False
         self._wanted = 0  # the end the upload thread waits for: it is woken only then
         self.closed_at: float | None = None  # time.monotonic() when told closed
-        # the closed file's commit times (its index's), set by the trio side before it tells the
-        # file closed: the meta document carries them
-        self.commit_times: tuple[int, int] | None = None
+        self.commit_times: tuple[int, int] | None = None  # the closed file's: its meta document carries them
 
-    def grew(self, committed: int, closed: bool) -> None:
-        """From the trio side: the file is committed up to ``committed``, and closed or not."""
+    def grew(self, committed: int, closed: bool,
+             commit_times: Callable[[], tuple[int, int] | None] = lambda: None) -> None:
+        """From the trio side: the file is committed up to ``committed``, and closed or not;
+        ``commit_times()`` is asked once, when it is first told closed."""
         if closed and self.closed_at is None:
             self.closed_at = time.monotonic()
+            self.commit_times = commit_times()  # before the upload thread is woken to complete the object
         with self._changed:
             self._committed, self._closed = committed, closed
             if closed or committed >= self._wanted:

@@ -43,8 +43,9 @@ class ArchivedHistory:
         # newest first), not their GTID_LISTs (read when a GTID is looked for)
         self.catalog = load_catalog(data_dir, str(settings.store.url)) or list_archive(self.store)
         local = read_index(data_dir)
+        self.first_local = local[0] if local else None
         # the archived files older than the oldest stored one: the history before the local one
-        self.names = sorted(name for name in self.catalog if not local or name < local[0])
+        self.names = sorted(name for name in self.catalog if self.first_local is None or name < self.first_local)
 
     @property
     def store(self) -> ObjectStore:
@@ -97,8 +98,10 @@ class ArchivedHistory:
         (the next file: the next archived one, or the oldest local one); one without PREVIOUS_GTIDS
         (MariaDB's) holds no MySQL GTID."""
         starts = [self._with_start(name).previous_gtids for name in self.names]
-        with open(self.data_dir / read_index(self.data_dir)[0], "rb") as oldest_local:
-            starts.append(file_start_gtids(oldest_local.read(START_READ)).previous_gtids)
+        # the file that follows self.names, not the oldest stored now: retention may have purged it since
+        assert self.first_local is not None  # StoredHistory refused a data_dir without files
+        with open(self.data_dir / self.first_local, "rb") as first_local:
+            starts.append(file_start_gtids(first_local.read(START_READ)).previous_gtids)
         files = []
         for index, name in enumerate(self.names):
             before, after = starts[index], starts[index + 1]

@@ -357,6 +357,33 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 
+def test_a_file_archived_while_it_was_written_carries_its_commit_times(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """The newest file is uploaded as ingest writes it and completed once closed: its meta
+    document gets the commit times the index gives once the file is whole."""
+    import re
+
+    from relay.archive.objects import read_meta
+
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
+    wait_for(lambda: metric(relay, "binlog_relay_archive_store_up") == 1, 30, "the store is not up")
+    primary.sql("CREATE DATABASE IF NOT EXISTS test")
+    primary.sql("CREATE TABLE IF NOT EXISTS test.t (id INT AUTO_INCREMENT PRIMARY KEY, v TEXT)")
+    for _ in range(20):
+        primary.sql("INSERT INTO test.t (v) VALUES (REPEAT(UUID(), 200))")
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    name = primary.binlog_files()[-1][0]
+    primary.sql("FLUSH BINARY LOGS")
+    uploaded = re.compile(rf"archive: {re.escape(name)} uploaded and verified \(.* s after it closed\)")
+    wait_for(lambda: uploaded.search(relay.log_text()), 60, f"{name} was not archived as it was written")
+    copies = tmp_path / "primary-copies"
+    copies.mkdir()
+    for copy, _ in primary.binlog_files():
+        (copies / copy).write_bytes(primary.binlog_path(copy).read_bytes())
+    meta = read_meta(open_store(s3_server.store_config(prefix="relay")), name)
+    assert meta.commit_times == _commit_times([name], copies)[name]
+
+
 def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
         mariadb_factory, relay_factory, s3_server, tmp_path):
     """The first relay archives and is gone with its disk; the primary purged what it archived. A
