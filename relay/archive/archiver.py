@@ -11,8 +11,12 @@ is the store's (listed at start); ``archive.json`` in data_dir keeps a copy, so 
 is down at start still knows what it may purge, and a restart fetches only the metas it lacks.  The
 copy is rewritten whole, in a worker thread, once per burst of changes: it grows with the archive
 (about 300 bytes a file), and written on the event loop after every upload it took 0.1 s a time at
-4,000 files, which slowed the uploads of a backlog of small files to a third.  A copy a crash left
-behind the store only makes a relay whose store is down at start purge less.
+4,000 files, which slowed the uploads of a backlog of small files to a third; each file's line is
+kept from one write to the next (a write at 50,000 files: 0.05-0.07 CPU s, 0.33 encoding them all).
+A copy behind the store (a crash or a failed write came between an upload and its line) makes a
+relay whose store is down at start purge less and list fewer archived files until the store
+answers; a write that failed is tried again after a back-off, not only at the next upload, so that
+window stays short.
 
 The store being down never stops ingest or serving: uploads wait with a back-off (1 s doubling to
 a minute), the backlog is counted (``lag``) and uploaded in order once the store answers again.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Callable
@@ -108,6 +113,7 @@ class Archiver:
         self._not_followed: set[str] = set()  # whose upload while written failed: uploaded once closed
         self._backoff = MIN_BACKOFF
         self._catalog_changed = trio.Event()
+        self._catalog_lines: CatalogLines = {}  # archive.json's lines as last encoded
 
     # ------------------------------------------------------------ what is archived
 
@@ -140,20 +146,35 @@ class Archiver:
 
     async def _keep_catalog(self) -> None:
         """archive.json rewritten as ``files`` changes: the changes made while it is written go into
-        the next write, and the relay's stop writes it once more."""
+        the next write; a write that failed is tried again after a back-off even if nothing changes
+        (a relay restarted while the store is down knows only what the copy lists); the relay's
+        stop writes it once more."""
+        retry: float | None = None
         try:
             while True:
-                await self._catalog_changed.wait()
+                with trio.move_on_after(math.inf if retry is None else retry):
+                    await self._catalog_changed.wait()
                 self._catalog_changed = trio.Event()
-                await trio.to_thread.run_sync(self._write_catalog, dict(self.files))
+                failure = await trio.to_thread.run_sync(self._write_catalog, dict(self.files))
+                if failure is None:
+                    retry = None
+                    continue
+                retry = MIN_BACKOFF if retry is None else min(MAX_BACKOFF, retry * 2)
+                log.error("archive: %s could not be written (%s); written again in %.0f s or at the next change",
+                          CATALOG, failure, retry)
         finally:
-            self._write_catalog(self.files)
+            failure = self._write_catalog(self.files)
+            if failure is not None:
+                log.error("archive: %s could not be written at stop (%s); the next start lists the store", CATALOG,
+                          failure)
 
-    def _write_catalog(self, files: dict[str, ArchivedFile]) -> None:
+    def _write_catalog(self, files: dict[str, ArchivedFile]) -> OSError | None:
+        """Blocking: the copy written (None), or why not (the store lists them: it is only a copy)."""
         try:
-            save_catalog(Path(self.relay_log.data_dir), self.url, files)
-        except OSError as exc:  # the store lists them: a restart knows (archive.json is a copy)
-            log.error("archive: %s could not be written (%s); written again with the next change", CATALOG, exc)
+            save_catalog(Path(self.relay_log.data_dir), self.url, files, self._catalog_lines)
+        except OSError as exc:
+            return exc
+        return None
 
     async def _archive_closed_files(self) -> None:
         while True:
@@ -422,10 +443,24 @@ def load_catalog(data_dir: Path, url: str) -> dict[str, ArchivedFile]:
 _CATALOG_FIELDS = tuple(entry.name for entry in fields(ArchivedFile))
 
 
-def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile]) -> None:
-    """One file a line (dataclasses.asdict and an indented dump took six times as long)."""
-    lines = (json.dumps({key: getattr(files[name], key) for key in _CATALOG_FIELDS}) for name in sorted(files))
-    text = f'{{"url": {json.dumps(url)}, "files": [\n' + ",\n".join(lines) + "\n]}\n"
+CatalogLines = dict[str, tuple[ArchivedFile, str]]
+
+
+def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile], lines: CatalogLines | None = None) -> None:
+    """One file a line (dataclasses.asdict and an indented dump took six times as long).  ``lines``
+    keeps each file's line from one write to the next of the same writer: the archiver writes the
+    whole copy after every upload, and encoding 50,000 files took 0.36 CPU s a write."""
+    cache: CatalogLines = {} if lines is None else lines
+    encoded = []
+    for name in sorted(files):
+        archived = files[name]
+        known = cache.get(name)
+        if known is None or known[0] is not archived:
+            known = cache[name] = (archived, json.dumps({key: getattr(archived, key) for key in _CATALOG_FIELDS}))
+        encoded.append(known[1])
+    for gone in cache.keys() - files.keys():
+        del cache[gone]
+    text = f'{{"url": {json.dumps(url)}, "files": [\n' + ",\n".join(encoded) + "\n]}\n"
     atomic_write(data_dir / CATALOG, text.encode())
 
 
@@ -489,6 +524,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
         started = time.monotonic()
         kek = settings.keks[0] if settings.keks else None
         saved_at = started
+        lines: CatalogLines = {}
         try:
             for number, name in enumerate(pending, 1):
                 path = data_dir / name
@@ -501,7 +537,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                 archived[name] = upload(store, path, name, kek=kek, level=settings.level, read_back=settings.read_back,
                                         commit_times=partial(commit_times, history, name))
                 if time.monotonic() - saved_at >= CATALOG_SAVE_SECONDS:  # not once a file: it grows with each
-                    save_catalog(data_dir, url, archived)
+                    save_catalog(data_dir, url, archived, lines)
                     saved_at = time.monotonic()
                 uploaded.append(name)
                 done_bytes += archived[name].file_size
@@ -510,7 +546,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                 progress(f"archived {number}/{len(pending)} files, {done_bytes / MIB:,.1f} of {total / MIB:,.1f} "
                          f"MiB, {rate / MIB:,.1f} MiB/s, about {left:,.0f} s left ({name})")
         finally:
-            save_catalog(data_dir, url, archived)
+            save_catalog(data_dir, url, archived, lines)
         return BacklogResult(tuple(uploaded), len(closed) - len(pending), tuple(skipped), done_bytes)
     finally:
         lock.release()

@@ -1,11 +1,13 @@
 """archive.json, the archiver's copy of what the archive holds: written off the event loop as it
-changes, the last change written as the relay stops, and read back as it was written."""
+changes, written again after a failure without waiting for a change, the last change written as
+the relay stops, and read back as it was written."""
 
 import time
+from dataclasses import replace
 
 import trio
 
-from relay.archive.archiver import CATALOG, Archiver, ArchiveSettings, load_catalog
+from relay.archive.archiver import CATALOG, Archiver, ArchiveSettings, load_catalog, save_catalog
 from relay.archive.objects import ArchivedFile
 from relay.archive.store import StoreConfig
 from relay.storage.relaylog import RelayLog
@@ -41,3 +43,38 @@ async def test_archive_json_follows_the_archived_files_and_keeps_the_last_change
 def test_an_unreadable_archive_json_is_left_to_the_stores_listing(tmp_path):
     (tmp_path / CATALOG).write_text('{"url": "s3://bucket/relay", "files": [{"name": ')
     assert load_catalog(tmp_path, URL) == {}
+
+
+async def test_a_write_of_archive_json_that_failed_is_tried_again_with_nothing_changed(tmp_path, caplog):
+    """A relay restarted while its store is down knows only what archive.json lists: a copy that
+    could not be written (a full disk, here a directory in its place) is written once it can be,
+    not only at the next upload, which may be long in coming."""
+    relay_log = RelayLog(tmp_path)
+    relay_log.open()
+    archiver = Archiver(ArchiveSettings(StoreConfig(URL)), relay_log)
+    (tmp_path / CATALOG).mkdir()
+    archived = _archived("mysql-bin.000001")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(archiver._keep_catalog)
+        archiver.files[archived.name] = archived
+        archiver._catalog_changed.set()
+        with trio.fail_after(10):
+            while "could not be written" not in caplog.text:
+                await trio.sleep(0.01)
+        (tmp_path / CATALOG).rmdir()
+        with trio.fail_after(10):
+            while load_catalog(tmp_path, URL) != {archived.name: archived}:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    relay_log.close()
+
+
+def test_each_files_line_is_kept_between_writes_and_dropped_with_the_file(tmp_path):
+    first, second = _archived("mysql-bin.000001"), _archived("mysql-bin.000002")
+    lines: dict = {}
+    save_catalog(tmp_path, URL, {first.name: first, second.name: second}, lines)
+    assert set(lines) == {first.name, second.name}
+    changed = replace(second, commit_hi=second.commit_hi + 1)
+    save_catalog(tmp_path, URL, {second.name: changed}, lines)  # first deleted, second changed
+    assert load_catalog(tmp_path, URL) == {second.name: changed}
+    assert set(lines) == {second.name}
