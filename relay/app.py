@@ -77,7 +77,15 @@ def archive_settings(config: Config) -> ArchiveSettings | None:
                                                 if archive.secret_access_key_file else None))
     return ArchiveSettings(store, read_keks(archive.encryption_key_file, archive.old_encryption_key_files),
                            archive.compression_level, archive.retention.max_age, archive.retention.max_files,
-                           read_back=archive.verify_uploads == "read-back")
+                           read_back=archive.verify_uploads == "read-back", upstream=upstream_addresses(config))
+
+
+def upstream_addresses(config: Config) -> tuple[str, ...]:
+    """host:port of the primaries the relay follows, as configured (the archive's owner record)."""
+    upstream = config.upstream
+    if upstream.hosts:
+        return tuple(f"{candidate.host}:{candidate.port}" for candidate in upstream.hosts)
+    return (f"{upstream.host}:{upstream.port}",) if upstream.host else ()
 
 
 def open_relay_log(config: Config) -> RelayLog:
@@ -94,11 +102,14 @@ class Relay:
         self.config = config
         settings = archive_settings(config)
         self.archiver: Archiver | None = None
+        hold_uploads = 0.0
         if settings is not None:
-            from .archive.archiver import Archiver, seed_from_archive
+            from .archive.archiver import TAKE_OVER_HOLD, Archiver, seed_from_archive
 
             try:  # an empty data_dir stands up again from the archive
-                seed_from_archive(settings, Path(config.data_dir))
+                seeded = seed_from_archive(settings, Path(config.data_dir))
+                if seeded is not None and seeded.took_over:
+                    hold_uploads = TAKE_OVER_HOLD
             except RelayError as exc:  # (the store down, a damaged object): not from the primary's purged files
                 raise DataDirError(f"{config.data_dir} holds no binlog and the archive could not seed it: {exc}") \
                     from exc
@@ -106,7 +117,7 @@ class Relay:
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
         if settings is not None:
-            archiver = self.archiver = Archiver(settings, self.relay_log)
+            archiver = self.archiver = Archiver(settings, self.relay_log, hold_uploads=hold_uploads)
             self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: archiver.files, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)

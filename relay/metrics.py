@@ -66,7 +66,7 @@ class RelayCollector(Collector):
         yield _gauge("archive_compression_ratio", "File bytes per object byte of the files uploaded since start "
                      "(NaN before the first)", ratio)
         yield _counter("archive_deleted_files", "Archived files deleted by archive.retention", status.deleted_files)
-        yield _labelled_counter("archive_errors", "Archive operations that failed, by operation (list, verify, "
+        yield _labelled_counter("archive_errors", "Archive operations that failed, by operation (claim, list, verify, "
                                 "upload, delete, read)", "operation", status.errors)
         yield _counter("archive_damaged_reads", "Reads of archived objects that failed their checks (damaged, "
                        "cut short, wrong key)", status.damaged_reads)

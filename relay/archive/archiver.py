@@ -47,6 +47,7 @@ from ..trio_run import run_abandonable
 from .growing import GrowingFile, UploadStopped
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
 from .objects import (
+    OBJECT_DIR,
     ArchivedFile,
     ArchivedFileReader,
     FetchStopped,
@@ -55,6 +56,7 @@ from .objects import (
     read_file_start_gtids,
     upload,
 )
+from .owner import ArchiveInUse, claim
 from .store import ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,8 @@ MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
 # that of one large upload.
 UPLOADS_AT_ONCE = 4
 BATCH_BYTES = 64 * MIB
+OWNER_CHECK_SECONDS = 15.0  # a relay that lost the archive to another stops writing within this (a GET)
+TAKE_OVER_HOLD = 2 * OWNER_CHECK_SECONDS  # a relay that took the archive over uploads nothing before
 CATALOG_SAVE_SECONDS = 1.0  # archive.json during `binlog-relay archive`: a crash there loses only a copy
 
 
@@ -79,6 +83,7 @@ class ArchiveSettings:
     max_age: float | None = None  # archive.retention
     max_files: int | None = None
     read_back: bool = False  # archive.verify_uploads: read-back
+    upstream: tuple[str, ...] = ()  # host:port of the primaries followed: the archive's owner record names them
 
 
 @dataclass
@@ -100,7 +105,9 @@ class ArchiveStatus:
 
 class Archiver:
     def __init__(self, settings: ArchiveSettings, relay_log: RelayLog,
-                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> None:
+                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store, hold_uploads: float = 0.0) -> None:
+        """``hold_uploads``: seconds before the first upload (TAKE_OVER_HOLD after taking the archive
+        over: the relay replaced may be uploading the same files until its next check)."""
         self.settings = settings
         self.relay_log = relay_log
         self.status = ArchiveStatus()
@@ -114,6 +121,11 @@ class Archiver:
         self._backoff = MIN_BACKOFF
         self._catalog_changed = trio.Event()
         self._catalog_lines: CatalogLines = {}  # archive.json's lines as last encoded
+        self._claimed_at = 0.0  # time.monotonic() of the last check that this relay writes the archive
+        self._uploads_from = time.monotonic() + hold_uploads
+        if hold_uploads:
+            log.info("archive %s: taken over from another relay; uploads begin in %.0f s, once it has stopped "
+                     "writing", self.url, hold_uploads)
 
     # ------------------------------------------------------------ what is archived
 
@@ -181,12 +193,14 @@ class Archiver:
             try:
                 if self.store is None:
                     await self._connect()
-                for batch in self._batches(self._closed_to_upload()):
+                elif time.monotonic() - self._claimed_at >= OWNER_CHECK_SECONDS:
+                    await self._claim(self.store)
+                for batch in self._batches(self._closed_to_upload() if self._uploading() else []):
                     await self._archive(batch)
                 await self._apply_retention()
                 self._backoff = MIN_BACKOFF
                 self.status.store_ok = True
-                if not self._closed_to_upload():  # files closed meanwhile go up at once
+                if not (self._uploading() and self._closed_to_upload()):  # files closed meanwhile go up at once
                     await trio.sleep(CHECK_SECONDS)
             except (RelayError, OSError) as exc:
                 # The store is down, refuses us, or answered with damage: ingest and serving go on;
@@ -200,8 +214,11 @@ class Archiver:
         try:
             store = await trio.to_thread.run_sync(self._open_store, self.settings.store)
             await trio.to_thread.run_sync(store.check)
-            aborted = await trio.to_thread.run_sync(store.abort_stale_uploads)
+            await self._claim(store)  # before the clean-up: another relay's uploads are not ours to abort
+            aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR)
             listed = await trio.to_thread.run_sync(list_archive, store, self.files)
+        except ArchiveInUse:
+            raise  # counted as a failed claim
         except RelayError:
             self.status.failed("list")
             raise
@@ -219,6 +236,23 @@ class Archiver:
         self._catalog_changed.set()
         self.store = store
         log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(listed), len(self.pending()))
+
+    def _uploading(self) -> bool:
+        return time.monotonic() >= self._uploads_from
+
+    async def _claim(self, store: ObjectStore) -> None:
+        """This relay writes the archive (archive/owner.py), checked at connect and every
+        OWNER_CHECK_SECONDS after: a relay stood up from the archive elsewhere takes it over."""
+        try:
+            await trio.to_thread.run_sync(claim, store, self.url, Path(self.relay_log.data_dir),
+                                          self.settings.upstream)
+        except ArchiveInUse:
+            self.status.failed("claim")
+            self.store = None
+            for growing in self._growing.values():
+                growing.stop()  # its upload ends; the file goes up once this relay writes the archive again
+            raise
+        self._claimed_at = time.monotonic()
 
     def _batches(self, names: list[str]) -> list[list[str]]:
         """``names`` in order, cut into batches of at most UPLOADS_AT_ONCE files and BATCH_BYTES
@@ -267,7 +301,7 @@ class Archiver:
                 for growing in list(self._growing.values()):
                     self._tell(growing)
                 newest = self.relay_log.files[-1] if self.relay_log.files else None
-                if (self.store is not None and newest is not None and newest not in self._growing
+                if (self.store is not None and self._uploading() and newest is not None and newest not in self._growing
                         and newest not in self.files and newest not in self._not_followed):
                     growing = self._growing[newest] = GrowingFile(newest, self.relay_log.path(newest), check_file)
                     self._tell(growing)
@@ -464,13 +498,19 @@ def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile], lines
     atomic_write(data_dir / CATALOG, text.encode())
 
 
+@dataclass(frozen=True)
+class Seeded:
+    file: str  # the newest archived file, imported
+    took_over: bool  # from another relay, which may still be writing: uploads wait for it to stop (TAKE_OVER_HOLD)
+
+
 def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
-                      open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> str | None:
+                      open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> Seeded | None:
     """A relay started on an empty data_dir with an archive stands up again from it: the newest
     archived file is fetched and imported (storage/importer.py: checked, indexed, the state
     written), so ingest resumes where the archive ends and every older file is served from the
-    archive; the primary is never asked for what it may have purged.  Returns the file seeded
-    (None: the data_dir holds files already, or the archive is empty).  Blocking: for start-up."""
+    archive; the primary is never asked for what it may have purged.  None: the data_dir holds
+    files already, or the archive is empty.  Blocking: for start-up."""
     if read_index(data_dir):
         return None
     store = open_store_for(settings.store)
@@ -479,6 +519,7 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
         return None
     newest = max(archived)
     make_durable_dir(data_dir)
+    previous = claim(store, str(settings.store.url), data_dir, settings.upstream, take_over=True)  # it writes it now
     with tempfile.TemporaryDirectory(prefix=".seed-", dir=data_dir) as tmp:
         target = Path(tmp) / newest
         ArchivedFileReader(store, newest, settings.keks).copy_to(target)
@@ -490,7 +531,7 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
         write_index(data_dir, [*read_index(data_dir), imported.next_file])
     log.info("archive %s: an empty data_dir seeded with %s, the newest of its %d archived files; the older ones "
              "are served from the archive", settings.store.url, newest, len(archived))
-    return newest
+    return Seeded(newest, previous is not None)
 
 
 @dataclass(frozen=True)
@@ -512,7 +553,8 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
         url = str(settings.store.url)
         store = open_store_for(settings.store)
         store.check()
-        store.abort_stale_uploads()
+        claim(store, url, data_dir, settings.upstream)
+        store.abort_stale_uploads(OBJECT_DIR)
         archived = list_archive(store, load_catalog(data_dir, url))
         stored = read_index(data_dir)
         closed = stored[:-1]

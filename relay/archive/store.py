@@ -191,7 +191,7 @@ class ObjectStore(Protocol):
     def head(self, name: str) -> ObjectHead | None: ...
     def list(self, prefix: str = "") -> Iterator[ListedObject]: ...
     def delete(self, name: str) -> None: ...
-    def abort_stale_uploads(self, initiated_before: dt.datetime | None = None) -> int: ...
+    def abort_stale_uploads(self, under: str = "", initiated_before: dt.datetime | None = None) -> int: ...
     def check(self) -> None: ...
 
 
@@ -425,8 +425,9 @@ class S3Store:
         except _BOTO_ERRORS as exc:
             raise self._error(exc, "deleting", name) from None
 
-    def abort_stale_uploads(self, initiated_before: dt.datetime | None = None) -> int:
-        """Abort the incomplete multipart uploads under our prefix started before
+    def abort_stale_uploads(self, under: str = "", initiated_before: dt.datetime | None = None) -> int:
+        """Abort the incomplete multipart uploads under our prefix (and ``under`` it, the archive's
+        objects: an archive whose prefix holds another's is not the other's to clean) started before
         ``initiated_before`` (default: when this store was opened, so an upload this process has
         started since is never touched); return how many.  For start-up: a relay killed while
         uploading leaves one, invisible but billed."""
@@ -434,7 +435,7 @@ class S3Store:
         aborted = 0
         try:
             pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.url.bucket,
-                                                                                  Prefix=self.url.prefix)
+                                                                                  Prefix=self.url.prefix + under)
             for page in pages:
                 for upload in page.get("Uploads", ()):
                     if upload["Initiated"] >= cutoff:
@@ -448,7 +449,8 @@ class S3Store:
                         continue
                     aborted += 1
         except _BOTO_ERRORS as exc:
-            raise self._error(exc, "cleaning up the incomplete uploads of", self.url.prefix or "(all)") from None
+            where = self.url.prefix + under or "(all)"
+            raise self._error(exc, "cleaning up the incomplete uploads of", where) from None
         return aborted
 
     # --- errors

@@ -893,6 +893,7 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"config": {"archive": {"retention": {"max_age": "soon"}}}}, "/config/archive/retention/max_age"),
     ({"config": {"archive": {"url": "s3://b", "access_key_id_file": "/k"}}}, "access_key_id_file"),
     ({"config": {"archive": {"url": "s3://b", "old_encryption_key_files": ["/k"]}}}, "old_encryption_key_files"),
+    ({"config": {"archive": {"url": "s3://b/relay"}}, "replicaCount": 2}, "an archive is written by one relay"),
     ({"archive": {"credentialsSecret": {"name": "s3"}}}, "set config.archive.url"),
     ({"archive": {"encryptionKeySecret": {"name": "keys"}}}, "set config.archive.url"),
     ({"config": {"archive": {"url": "s3://b"}}, "archive": {"oldEncryptionKeySecrets": [{"name": "k"}]}},

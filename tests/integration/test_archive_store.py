@@ -289,6 +289,15 @@ def test_clean_up_stays_in_its_prefix(s3_server: S3Server) -> None:
     assert ours != theirs
 
 
+def test_clean_up_under_the_objects_leaves_an_archive_nested_in_the_prefix(s3_server: S3Server) -> None:
+    client = s3_server.client()
+    ours = client.create_multipart_upload(Bucket=s3_server.bucket, Key="archive/binlogs/x")["UploadId"]
+    nested = client.create_multipart_upload(Bucket=s3_server.bucket, Key="archive/pod-1/binlogs/x")["UploadId"]
+    assert S3Store(s3_server.store_config()).abort_stale_uploads("binlogs/") == 1
+    assert [upload["UploadId"] for upload in s3_server.incomplete_uploads()] == [nested]
+    assert ours != nested
+
+
 # ----------------------------------------------------------------------------- refusals
 
 
