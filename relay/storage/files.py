@@ -3,6 +3,7 @@ its original, and small durable-file helpers (atomic replace, directory fsync, t
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from dataclasses import dataclass
@@ -78,14 +79,21 @@ def atomic_write(path: Path, data: bytes, sync: bool = True, mode: int | None = 
     ``mode`` (0o600 for a secret): the file's permissions from its first byte on."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
-    if mode is not None:
-        os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode through O_CREAT
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-        if sync:
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode through O_CREAT
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            if sync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # On a full disk the part written would keep the last free blocks from the writes that
+        # free space (the replica book before a purge): a failed write leaves no temp file.
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if sync:
         fsync_dir(path.parent)
 

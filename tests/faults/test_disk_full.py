@@ -9,6 +9,7 @@ itself once space is freed: the relay becomes a mirror and the replica holds eve
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
-from relay.storage.files import first_difference
+from relay.storage.files import atomic_write, first_difference
 from tests.faults.conftest import DISK_MIB, fill_disk
 from tests.faults.proxy import FaultProxy
 from tests.support.faults import SequenceLoad, converged, metric
@@ -105,3 +106,17 @@ def test_disk_full_pauses_ingest_and_resumes(mariadb_factory, small_disk, fault_
                       detail=f"paused with {len(committed)} files stored")
     finally:
         counter.close()
+
+
+def test_a_state_file_write_that_finds_the_disk_full_leaves_no_temp_file(small_disk):
+    """The part of a failed write would keep the last free blocks from the small writes that free
+    space (the replica book is written before each purge): the temp file goes with the failure."""
+    data_dir = small_disk / "data"
+    fill_disk(small_disk / "ballast", 256 << 10)
+    free_before = os.statvfs(data_dir).f_bavail
+    with pytest.raises(OSError) as failed:
+        atomic_write(data_dir / "archive.json", b"x" * (1 << 20))
+    assert failed.value.errno == errno.ENOSPC
+    assert not (data_dir / "archive.json.tmp").exists() and not (data_dir / "archive.json").exists()
+    assert os.statvfs(data_dir).f_bavail == free_before
+    atomic_write(data_dir / "replicas.json", b"{}")  # a small write still fits
