@@ -80,9 +80,9 @@ def atomic_write(path: Path, data: bytes, sync: bool = True, mode: int | None = 
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
     try:
-        if mode is not None:
-            os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode through O_CREAT
         with os.fdopen(fd, "wb") as out:
+            if mode is not None:
+                os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode through O_CREAT
             out.write(data)
             if sync:
                 out.flush()
