@@ -32,10 +32,18 @@ log = logging.getLogger(__name__)
 RETENTION_CHECK_SECONDS = 2.0  # a stat() per stored file: cheap enough to keep purges prompt
 
 
+def configured_primaries(config: Config) -> tuple[Candidate, ...]:
+    """upstream.hosts, or upstream.host and port as the one primary."""
+    upstream = config.upstream
+    if upstream.hosts:
+        return tuple(Candidate(entry.host, entry.port) for entry in upstream.hosts)
+    return (Candidate(upstream.host or "", upstream.port),)
+
+
 def upstream_settings(config: Config) -> UpstreamSettings:
     upstream = config.upstream
-    candidates = tuple(Candidate(entry.host, entry.port) for entry in upstream.hosts)
-    first = candidates[0] if candidates else Candidate(upstream.host or "", upstream.port)
+    first = configured_primaries(config)[0]
+    candidates = configured_primaries(config) if upstream.hosts else ()
     return UpstreamSettings(
         host=first.host,
         port=first.port,
@@ -77,15 +85,8 @@ def archive_settings(config: Config) -> ArchiveSettings | None:
                                                 if archive.secret_access_key_file else None))
     return ArchiveSettings(store, read_keks(archive.encryption_key_file, archive.old_encryption_key_files),
                            archive.compression_level, archive.retention.max_age, archive.retention.max_files,
-                           read_back=archive.verify_uploads == "read-back", upstream=upstream_addresses(config))
-
-
-def upstream_addresses(config: Config) -> tuple[str, ...]:
-    """host:port of the primaries the relay follows, as configured (the archive's owner record)."""
-    upstream = config.upstream
-    if upstream.hosts:
-        return tuple(f"{candidate.host}:{candidate.port}" for candidate in upstream.hosts)
-    return (f"{upstream.host}:{upstream.port}",) if upstream.host else ()
+                           read_back=archive.verify_uploads == "read-back",
+                           upstream=tuple(str(primary) for primary in configured_primaries(config)))
 
 
 def open_relay_log(config: Config) -> RelayLog:
