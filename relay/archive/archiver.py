@@ -5,18 +5,21 @@ The newest file is uploaded while ingest writes it (archive/growing.py) and its 
 once it is closed and its events verify; a file that upload could not follow (the store down, the
 relay started after it closed) is checked and uploaded whole once closed.
 
-A file is archived once its meta document is in the store (relay/archive/objects.py): only then
-may storage.retention remove the local copy (RetentionKeeper asks ``archived_names``).  The list
-is the store's (listed at start); ``archive.json`` in data_dir keeps a copy, so a relay whose store
-is down at start still knows what it may purge, and a restart fetches only the metas it lacks.  The
+A file is archived once its meta document is in the store (relay/archive/objects.py), and it
+leaves the local disk only once ``archive.json`` in data_dir lists it too (RetentionKeeper asks
+``archived_names``).  The list is the store's (listed at start); archive.json keeps a copy, so a
+relay whose store is down at start still knows what it may purge and serves every archived file
+it no longer holds, and a restart fetches only the metas it lacks.  The
 copy is rewritten whole, in a worker thread, once per burst of changes: it grows with the archive
 (about 300 bytes a file), and written on the event loop after every upload it took 0.1 s a time at
 4,000 files, which slowed the uploads of a backlog of small files to a third; each file's line is
 kept from one write to the next (a write at 50,000 files: 0.05-0.07 CPU s, 0.33 encoding them all).
 A copy behind the store (a crash or a failed write came between an upload and its line) makes a
-relay whose store is down at start purge less and list fewer archived files until the store
-answers; a write that failed is tried again after a back-off, not only at the next upload, so that
-window stays short.
+relay whose store is down at start purge less until the store answers; it never lacks a file the
+relay purged, which a replica would otherwise move past as if the history had none.  A write that
+failed is tried again after a back-off, not only at the next upload; one that failed for want of
+space lets the store's word alone free the local copies (only a purge can make room for the copy,
+which is tried again every second).
 
 The store being down never stops ingest or serving: uploads wait with a back-off (1 s doubling to
 a minute), the backlog is counted (``lag``) and uploaded in order once the store answers again.
@@ -38,6 +41,7 @@ from pathlib import Path
 import trio
 
 from ..errors import RelayError
+from ..ingest.diskfull import is_disk_full
 from ..storage.files import DataDirLock, atomic_write, make_durable_dir
 from ..storage.history import HistoryIndex
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
@@ -115,6 +119,8 @@ class Archiver:
         self.store: ObjectStore | None = None
         self.url = str(settings.store.url)
         self.files: dict[str, ArchivedFile] = self._load_catalog()
+        self._catalogued = frozenset(self.files)  # the names archive.json lists as last written
+        self._catalog_disk_full = False  # its last write failed for want of space
         self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
         self._growing: dict[str, GrowingFile] = {}  # the newest file, uploaded as ingest writes it
         self._not_followed: set[str] = set()  # whose upload while written failed: uploaded once closed
@@ -130,7 +136,12 @@ class Archiver:
     # ------------------------------------------------------------ what is archived
 
     def archived_names(self) -> set[str]:
-        return set(self.files)
+        """The files whose local copy may go: in the archive, and in archive.json, so that a relay
+        restarted while the store is down still serves them from the archive.  On a full disk, in
+        the archive alone: the copy can be written again only once a purge frees space."""
+        if self._catalog_disk_full:
+            return set(self.files)
+        return self.files.keys() & self._catalogued
 
     def pending(self) -> list[str]:
         """The closed stored files not archived yet, oldest first (the newest file is still written)."""
@@ -171,7 +182,7 @@ class Archiver:
                 if failure is None:
                     retry = None
                     continue
-                retry = MIN_BACKOFF if retry is None else min(MAX_BACKOFF, retry * 2)
+                retry = MIN_BACKOFF if retry is None or self._catalog_disk_full else min(MAX_BACKOFF, retry * 2)
                 log.error("archive: %s could not be written (%s); written again in %.0f s or at the next change",
                           CATALOG, failure, retry)
         finally:
@@ -185,7 +196,9 @@ class Archiver:
         try:
             save_catalog(Path(self.relay_log.data_dir), self.url, files, self._catalog_lines)
         except OSError as exc:
+            self._catalog_disk_full = is_disk_full(exc)
             return exc
+        self._catalogued, self._catalog_disk_full = frozenset(files), False
         return None
 
     async def _archive_closed_files(self) -> None:

@@ -15,10 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 
+from relay.archive.archiver import Archiver, ArchiveSettings, load_catalog
+from relay.archive.objects import ArchivedFile
+from relay.archive.store import StoreConfig
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from relay.storage.files import atomic_write, first_difference
+from relay.storage.relaylog import RelayLog
 from tests.faults.conftest import DISK_MIB, fill_disk
 from tests.faults.proxy import FaultProxy
 from tests.support.faults import SequenceLoad, converged, metric
@@ -120,3 +125,30 @@ def test_a_state_file_write_that_finds_the_disk_full_leaves_no_temp_file(small_d
     assert not (data_dir / "archive.json.tmp").exists() and not (data_dir / "archive.json").exists()
     assert os.statvfs(data_dir).f_bavail == free_before
     atomic_write(data_dir / "replicas.json", b"{}")  # a small write still fits
+
+
+async def test_archived_files_may_go_while_a_full_disk_refuses_archive_json(small_disk, caplog):
+    """archive.json lists a file before its local copy may go, but on a disk too full to write it
+    (it grows with the archive, about 300 bytes a file) the store's word is enough: only a purge
+    can free the space the copy needs."""
+    data_dir = small_disk.parent / "relay" / "data"
+    relay_log = RelayLog(data_dir)
+    relay_log.open()
+    archiver = Archiver(ArchiveSettings(StoreConfig("s3://bucket/relay")), relay_log)
+    archived = ArchivedFile("mysql-bin.000001", 1 << 20, 400_000, True, time.time(), ("0-1-7",), None, None)
+    fill_disk(small_disk / "ballast", 0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(archiver._keep_catalog)
+        archiver.files[archived.name] = archived
+        archiver._catalog_changed.set()
+        with trio.fail_after(10):
+            while "No space left on device" not in caplog.text:
+                await trio.sleep(0.01)
+        assert archiver.archived_names() == {archived.name}
+        (small_disk / "ballast").unlink()
+        with trio.fail_after(10):
+            while load_catalog(data_dir, "s3://bucket/relay") != {archived.name: archived}:
+                await trio.sleep(0.01)
+        assert archiver.archived_names() == {archived.name}
+        nursery.cancel_scope.cancel()
+    relay_log.close()
