@@ -292,8 +292,10 @@ class ArchiveConfig:
     region: str | None = opt(Str("region"), "The store's region (null: the AWS configuration's).", None,
                              nullable=True)
     access_key_id_file: str | None = opt(Str("path"), "A file holding the access key id (with "
-                                         "secret_access_key_file); null = the standard AWS chain: environment, "
-                                         "shared credentials file, profile, instance role.", None, nullable=True)
+                                         "secret_access_key_file; both read again every minute, so a key "
+                                         "rotated in the files is used without a restart); null = the standard "
+                                         "AWS chain: environment, shared credentials file, profile, instance "
+                                         "role.", None, nullable=True)
     secret_access_key_file: str | None = opt(Str("path"), "A file holding the secret access key.", None,
                                              nullable=True)
     encryption_key_file: str | None = opt(Str("path"), "A file holding the 256-bit key that wraps each archived "

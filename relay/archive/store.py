@@ -22,6 +22,10 @@ unreachable, slow, overloaded or answered 5xx; try again later), ``StoreAccessEr
 ``FatalError``: credentials refused, access denied, no such bucket, TLS verification failed; an
 operator must act), ``ObjectMissing`` (a ``Refusal``: the key is not there).  No message ever holds a
 secret: they are built from the store's error code and text, and scrubbed of the credentials.
+
+An access key given as files is read again every KEY_FILES_REREAD_SECONDS, so a key rotated in
+place (a Kubernetes Secret updated) is signed with within a minute, without a restart; files that
+cannot be read then leave the key read before in use.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import base64
 import collections
 import datetime as dt
 import itertools
+import logging
 import re
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -40,7 +45,9 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import boto3
 import botocore.config
+import botocore.credentials
 import botocore.exceptions
+import botocore.session
 
 from ..errors import FatalError, InputError, Refusal, RelayError, RetryableError
 
@@ -48,7 +55,10 @@ if TYPE_CHECKING:  # boto3-stubs[s3], for the type checker only
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
+log = logging.getLogger(__name__)
+
 MIB = 1 << 20
+KEY_FILES_REREAD_SECONDS = 60.0  # an access key given as files is read again this often
 MIN_PART_SIZE = 5 * MIB  # S3's smallest part but the last
 MAX_PARTS = 10_000
 
@@ -201,12 +211,54 @@ class ObjectStore(Protocol):
 @dataclass(frozen=True)
 class _Secrets:
     values: tuple[str, ...] = field(repr=False)
+    key_files: _KeyFiles | None = field(default=None, repr=False)  # their values as last read
 
     def scrub(self, text: str) -> str:
-        for value in self.values:
+        for value in self.values + (self.key_files.secrets() if self.key_files else ()):
             if value:
                 text = text.replace(value, "<redacted>")
         return text
+
+
+class _KeyFiles(botocore.credentials.CredentialProvider):
+    """The access key, secret and session token of ``access_key_id_file``,
+    ``secret_access_key_file`` and ``session_token_file``, as credentials botocore asks for again
+    once they are KEY_FILES_REREAD_SECONDS old (at the first request after that)."""
+
+    METHOD = "key-files"
+    CANONICAL_NAME = "binlog-relay-key-files"
+
+    def __init__(self, config: StoreConfig) -> None:
+        super().__init__()
+        self._config = config
+        self._values = self._read()  # unreadable at start: StoreAccessError, the store is not opened
+
+    def _read(self) -> tuple[str, str, str | None]:
+        config = self._config
+        assert config.access_key_id_file is not None and config.secret_access_key_file is not None
+        token = None if config.session_token_file is None else _read_secret(config.session_token_file,
+                                                                             "session token")
+        return (_read_secret(config.access_key_id_file, "access key id"),
+                _read_secret(config.secret_access_key_file, "secret access key"), token)
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(value for value in self._values[1:] if value)
+
+    def _metadata(self) -> dict[str, str | None]:
+        key_id, secret, token = self._values
+        expiry = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=KEY_FILES_REREAD_SECONDS)
+        return {"access_key": key_id, "secret_key": secret, "token": token, "expiry_time": expiry.isoformat()}
+
+    def _reread(self) -> dict[str, str | None]:
+        try:
+            self._values = self._read()
+        except StoreAccessError as exc:  # a file being replaced, say: the key read before still signs
+            log.warning("%s; the key read before is used until it can be read", exc)
+        return self._metadata()
+
+    def load(self) -> botocore.credentials.RefreshableCredentials:
+        return botocore.credentials.RefreshableCredentials.create_from_metadata(
+            self._metadata(), self._reread, self.METHOD, advisory_timeout=0, mandatory_timeout=0)
 
 
 def _read_secret(path: Path, what: str) -> str:
@@ -226,23 +278,21 @@ class S3Store:
         self.url = StoreURL.parse(config.url)
         self.started = dt.datetime.now(dt.UTC)
         self.where = f"{self.url}" + (f" at {config.endpoint_url}" if config.endpoint_url else "")
-        key_id = secret = token = None
+        core = botocore.session.Session()
+        key_files = None
         if config.access_key_id_file is not None and config.secret_access_key_file is not None:
-            key_id = _read_secret(config.access_key_id_file, "access key id")
-            secret = _read_secret(config.secret_access_key_file, "secret access key")
-            if config.session_token_file is not None:
-                token = _read_secret(config.session_token_file, "session token")
+            key_files = _KeyFiles(config)
+            core.get_component("credential_provider").insert_before("env", key_files)
         try:
-            session = boto3.session.Session(aws_access_key_id=key_id, aws_secret_access_key=secret,
-                                            aws_session_token=token, region_name=config.region,
-                                            profile_name=config.profile)
+            session = boto3.session.Session(region_name=config.region, profile_name=config.profile,
+                                            botocore_session=core)
         except botocore.exceptions.ProfileNotFound as exc:
             raise StoreAccessError(f"object store {self.where}: {exc}") from None
         found = session.get_credentials()
         frozen = found.get_frozen_credentials() if found is not None else None
         # the secrets this store signs with: scrubbed from every message, should a store echo one
         self._secrets = _Secrets(tuple(value for value in (
-            secret, token, frozen.secret_key if frozen else None, frozen.token if frozen else None) if value))
+            frozen.secret_key if frozen else None, frozen.token if frozen else None) if value), key_files)
         addressing = config.addressing_style or ("path" if config.endpoint_url else "auto")
         client_config = botocore.config.Config(
             connect_timeout=config.connect_timeout,

@@ -13,11 +13,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 import zlib
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import boto3
 import pytest
 
 from relay.archive.objectformat import TRAILER_PROBE, ObjectLayout, ObjectMeta, ObjectReader, ObjectWriter, load_kek
@@ -33,6 +35,7 @@ from relay.archive.store import (
 )
 from relay.errors import FatalError, InputError, Refusal, RetryableError
 from relay.sandbox.polling import wait_for
+from relay.sandbox.s3 import REGION
 from tests.support.certs import make_certs
 
 if TYPE_CHECKING:
@@ -334,6 +337,60 @@ def _check_wrong_credentials(s3_server: S3Server) -> None:
     with pytest.raises(StoreAccessError, match="cannot read it") as unreadable:
         S3Store(s3_server.store_config(secret_access_key_file=s3_server.secrets_dir / "missing"))
     assert "missing" in str(unreadable.value)
+
+
+def _iam(s3_server: S3Server) -> Any:
+    """moto's IAM, while its authentication is off (any key is accepted then)."""
+    return boto3.client("iam", endpoint_url=s3_server.moto.endpoint, region_name=REGION,
+                        aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap")
+
+
+def _replace_file(path: Path, value: str) -> None:
+    """As Kubernetes updates a mounted Secret: the new file renamed over the old."""
+    fresh = path.with_name(path.name + ".new")
+    fresh.write_text(value + "\n")
+    fresh.rename(path)
+
+
+def test_a_key_rotated_in_its_files_is_used_without_a_restart(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """An operator rotates the store's access key: the new key is written to the key files (the
+    Secret updated) and the old one deleted.  The open store signs with the new key once it has
+    read the files again, not with the deleted one until a restart; a file missing at a re-read
+    (a Secret being replaced) leaves the key read before in use."""
+    monkeypatch.setattr("relay.archive.store.KEY_FILES_REREAD_SECONDS", 1.0)
+    iam = _iam(s3_server)
+    user = f"rotating-{uuid.uuid4().hex[:8]}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="archive", PolicyDocument=json.dumps({
+        "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+    old, new = (iam.create_access_key(UserName=user)["AccessKey"] for _ in range(2))
+    key_file, secret_file = s3_server.credential_files(old["AccessKeyId"], old["SecretAccessKey"])
+    store = S3Store(s3_server.store_config(access_key_id_file=key_file, secret_access_key_file=secret_file))
+    with s3_server.moto.checking_credentials():
+        store.put("before", [b"signed with the old key"])
+    iam.delete_access_key(UserName=user, AccessKeyId=old["AccessKeyId"])
+    _replace_file(key_file, new["AccessKeyId"])
+    _replace_file(secret_file, new["SecretAccessKey"])
+
+    def stored_with_the_new_key() -> bool:
+        try:
+            store.put("after", [b"signed with the new key"])
+        except StoreAccessError:
+            return False
+        return True
+
+    with s3_server.moto.checking_credentials():
+        wait_for(stored_with_the_new_key, 20, "the store never signed with the rotated key")
+        key_file.unlink()
+
+        def read_again_and_stored() -> bool:
+            store.put("while-replaced", [b"still the new key"])  # a request: the key is read again before it
+            return "the key read before is used" in caplog.text
+
+        wait_for(read_again_and_stored, 20, "the key files were never read again")
+        assert str(key_file) in caplog.text and new["SecretAccessKey"] not in caplog.text
+    assert S3Store(s3_server.store_config()).head("while-replaced") is not None
 
 
 def test_credentials_from_the_standard_chain(s3_server: S3Server, tmp_path: Path,
