@@ -17,7 +17,7 @@ from .errors import RelayError
 from .httpserver import HttpServer, Readiness
 from .ingest.settings import Candidate, UpstreamSettings
 from .metrics import Metrics
-from .storage.files import DataDirError
+from .storage.files import SPACE_RESERVE_BYTES, DataDirError, keep_space_reserve
 from .storage.relaylog import RelayLog
 from .storage.replicabook import ReplicaBook
 from .storage.retention import RetentionKeeper, RetentionPolicy
@@ -115,6 +115,9 @@ class Relay:
                 raise DataDirError(f"{config.data_dir} holds no binlog and the archive could not seed it: {exc}") \
                     from exc
         self.relay_log = open_relay_log(config)
+        if not keep_space_reserve(Path(config.data_dir)):
+            log.warning("%s has no room for its %d KiB space reserve yet: on a full disk a purge could not be "
+                        "written until space is freed", config.data_dir, SPACE_RESERVE_BYTES >> 10)
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
         if settings is not None:
@@ -151,8 +154,13 @@ class Relay:
             log.info("relay stopped; state written")
 
     async def _retention_timer(self) -> None:
+        data_dir = Path(self.config.data_dir)
         while True:
             await trio.sleep(RETENTION_CHECK_SECONDS)
+            try:  # made again once a full disk has room (given up, it let a purge be written)
+                await trio.to_thread.run_sync(keep_space_reserve, data_dir)
+            except OSError as exc:
+                log.error("retention: cannot make data_dir's space reserve: %s", exc)
             now = time.time()
             try:
                 await self._book_replicas(now)

@@ -21,7 +21,7 @@ import trio
 from .ingest.acks import Acknowledger, ReplicaAcks, StoredEnd, semi_sync_receiver
 from .ingest.choosing import CandidateChooser
 from .ingest.connection import RECEIVE_SIZE, PrimaryConnection
-from .ingest.diskfull import is_disk_full, wait_for_space
+from .ingest.diskfull import wait_for_space
 from .ingest.dumpstart import DumpStarter
 from .ingest.errors import FATAL, RETRYABLE, FatalIngestError, describe, error_number
 from .ingest.repoint import UpstreamRefused, forget_upstream, save_upstream, saved_or_yaml, vet_new_upstream
@@ -32,6 +32,7 @@ from .protocol.packets import ServerError
 from .replication.semisync import Ack
 from .replication.stream import IngestStream, Segment, StreamError
 from .replication.translate import TranslatingStream
+from .storage.files import is_disk_full
 from .storage.gtidindex import GtidIndex
 from .storage.relaylog import RelayLog
 from .trio_run import lone_exceptions

@@ -41,8 +41,7 @@ from pathlib import Path
 import trio
 
 from ..errors import RelayError
-from ..ingest.diskfull import is_disk_full
-from ..storage.files import DataDirLock, atomic_write, make_durable_dir
+from ..storage.files import DataDirLock, atomic_write, is_disk_full, make_durable_dir
 from ..storage.history import HistoryIndex
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
 from ..storage.index import read_index, write_index

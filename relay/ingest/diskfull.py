@@ -4,12 +4,10 @@ then resumes where the last whole group ended."""
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import time
 from pathlib import Path
-from typing import TypeGuard
 
 import trio
 
@@ -17,14 +15,9 @@ from .status import UpstreamStatus
 
 log = logging.getLogger("relay.upstream")  # one logger for the upstream side, as before its split
 
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 ER_DISK_FULL = 1021  # what a MariaDB server reports for the same ("Disk full (%s); waiting for someone...")
 DISK_FULL_POLL_SECONDS = 1.0
 ROOM_TO_RESUME = 64 << 20  # growth of free space (or a tenth of a smaller file system) before ingest resumes
-
-
-def is_disk_full(exc: BaseException) -> TypeGuard[OSError]:
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL
 
 
 async def wait_for_space(data_dir: Path, status: UpstreamStatus, exc: OSError) -> None:

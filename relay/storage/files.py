@@ -4,15 +4,26 @@ its original, and small durable-file helpers (atomic replace, directory fsync, t
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from ..binlog.events import BINLOG_MAGIC, FLAGS_OFFSET, LOG_EVENT_BINLOG_IN_USE_F
 from ..errors import FatalError
 
 IN_USE_FLAG_OFFSET = len(BINLOG_MAGIC) + FLAGS_OFFSET  # the first event (the FDE) starts at 4
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# Room kept in data_dir for the state files once the disk is full: a purge, the only way the relay
+# frees space, first writes binlog.index and the replica book, and on a disk without a free block
+# neither could be written, so nothing would ever be purged.
+SPACE_RESERVE = "space-reserve"
+SPACE_RESERVE_BYTES = 1 << 20
+
+log = logging.getLogger(__name__)
 _COMPARE_BLOCK = 8 << 20
 
 
@@ -72,11 +83,53 @@ def make_durable_dir(path: Path) -> None:
         fsync_dir(directory.parent)
 
 
-def atomic_write(path: Path, data: bytes, sync: bool = True, mode: int | None = None) -> None:
+def is_disk_full(exc: BaseException) -> TypeGuard[OSError]:
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL
+
+
+def atomic_write(path: Path, data: bytes, sync: bool = True, mode: int | None = None,
+                 use_reserve: bool = False) -> None:
     """Write a temp file, fsync it, rename it over ``path``, fsync the directory: after a
     crash the file holds either the old or the new content, never a mix.  Without ``sync``
     (a cache that is rebuilt when damaged) nothing is flushed: readers still never see a mix.
-    ``mode`` (0o600 for a secret): the file's permissions from its first byte on."""
+    ``mode`` (0o600 for a secret): the file's permissions from its first byte on.
+    ``use_reserve`` (the files a purge writes): on a full disk the directory's space reserve, if
+    it has one, is given up and the write tried again."""
+    try:
+        _write_and_rename(path, data, sync, mode)
+    except OSError as exc:
+        if not (use_reserve and is_disk_full(exc) and release_space_reserve(path.parent)):
+            raise
+        _write_and_rename(path, data, sync, mode)
+
+
+def release_space_reserve(directory: Path) -> bool:
+    """Remove ``directory``'s space reserve; False if it had none."""
+    try:
+        (directory / SPACE_RESERVE).unlink()
+    except FileNotFoundError:
+        return False
+    log.warning("%s is full: its space reserve (%d KiB) was given up so that the relay's state files can "
+                "be written and files purged; it is made again once there is room", directory,
+                SPACE_RESERVE_BYTES >> 10)
+    return True
+
+
+def keep_space_reserve(data_dir: Path) -> bool:
+    """data_dir's space reserve, made if missing (incompressible bytes: a compressing file system
+    would not keep the room for zeros); False if there is no room for it yet."""
+    if (data_dir / SPACE_RESERVE).exists():
+        return True
+    try:
+        atomic_write(data_dir / SPACE_RESERVE, os.urandom(SPACE_RESERVE_BYTES))
+    except OSError as exc:
+        if is_disk_full(exc):
+            return False
+        raise
+    return True
+
+
+def _write_and_rename(path: Path, data: bytes, sync: bool, mode: int | None) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
     try:

@@ -25,5 +25,7 @@ def read_index(data_dir: Path) -> list[str]:
     return names
 
 
-def write_index(data_dir: Path, names: list[str]) -> None:
-    atomic_write(data_dir / INDEX_NAME, "".join(f"./{name}\n" for name in names).encode("utf-8"))
+def write_index(data_dir: Path, names: list[str], use_reserve: bool = False) -> None:
+    """``use_reserve``: for a purge, the write that frees space (files.atomic_write)."""
+    atomic_write(data_dir / INDEX_NAME, "".join(f"./{name}\n" for name in names).encode("utf-8"),
+                 use_reserve=use_reserve)

@@ -524,7 +524,7 @@ class RelayLog:
         if names != self.files[: len(names)] or len(names) >= len(self.files):
             raise DataDirError(f"refusing to purge {names}: only the oldest files, never the active one")
         self.files = self.files[len(names) :]
-        write_index(self.data_dir, self.files)
+        write_index(self.data_dir, self.files, use_reserve=True)
         for name in names:
             self.path(name).unlink(missing_ok=True)
         self.history.forget(names)

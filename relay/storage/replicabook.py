@@ -74,7 +74,7 @@ class ReplicaBook:
     def write(self, document: bytes) -> None:
         """Blocking (a worker thread may run it): ``document`` made durable as the book."""
         try:
-            atomic_write(self.path, document)
+            atomic_write(self.path, document, use_reserve=True)  # written before a purge
         except OSError:
             self._saved = {}  # the next to_write gives the book again
             raise

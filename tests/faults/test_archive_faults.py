@@ -152,7 +152,9 @@ def test_store_down_while_ingest_goes_on(mariadb_factory, fault_relay, fault_fig
 def test_full_disk_while_the_archive_is_behind(mariadb_factory, small_disk, fault_relay, fault_figures, s3_server):
     """The store is down, so nothing may be purged, and data_dir fills up: ingest pauses as it does
     on any full disk (nothing lost, nothing unarchived purged); once the store answers, the backlog
-    is archived, retention frees the disk and ingest resumes by itself."""
+    is archived, retention frees the disk and ingest resumes by itself.  The bytes ingest left free
+    are taken too (another process filling the disk): a purge must write binlog.index and the
+    replica book first, and does so in the room of data_dir's space reserve."""
     primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
     relay = fault_relay("relay", primary.port, archive=archive_config(s3_server), storage={"retention": RETENTION})
     assert os.stat(relay.data_dir).st_dev == os.stat(small_disk).st_dev, "data_dir is not on the small disk"
@@ -163,6 +165,7 @@ def test_full_disk_while_the_archive_is_behind(mariadb_factory, small_disk, faul
         load.wait_commits(50)
         s3_server.proxy.refuse()
         wait_for(lambda: metric(relay, "binlog_relay_upstream_disk_full") == 1, 120, "data_dir never filled up")
+        fill_disk(small_disk / "the-last-bytes", 0)
         waiting = metric(relay, "binlog_relay_archive_lag_files") or 0
         _purged_only_once_archived(primary, relay, s3_server)
         assert waiting >= 1 and relay.alive()
@@ -170,11 +173,13 @@ def test_full_disk_while_the_archive_is_behind(mariadb_factory, small_disk, faul
         back_at = time.monotonic()
         wait_for(lambda: metric(relay, "binlog_relay_upstream_disk_full") == 0, 120, "ingest did not resume")
         resumed = time.monotonic() - back_at
+        assert "its space reserve" in relay.log_text()
         commits = load.stop()
     recovery, checked = _recovered(primary, relay, replica, commits, s3_server)
     fault_figures("archive_disk_full",
                   fault=f"the store down while data_dir ({DISK_MIB} MiB tmpfs, {FREE_FOR_THE_BACKLOG >> 20} MiB left "
-                        "for binlogs) fills up with files that may not be purged before they are archived",
+                        "for binlogs) fills up with files that may not be purged before they are archived; then "
+                        "the bytes ingest left free are taken too, so a purge's writes need the space reserve",
                   injected=f"1 full disk ({commits:,} transactions)", data_lost="0", diverged="0",
                   recovery=f"ingest paused with {waiting:.0f} files waiting for the archive, none purged before "
                            f"it was archived; ingest resumed {resumed:.1f} s after the store came back; all "

@@ -22,7 +22,8 @@ from relay.archive.objects import ArchivedFile
 from relay.archive.store import StoreConfig
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
-from relay.storage.files import atomic_write, first_difference
+from relay.storage.files import SPACE_RESERVE, SPACE_RESERVE_BYTES, atomic_write, first_difference, keep_space_reserve
+from relay.storage.index import read_index, write_index
 from relay.storage.relaylog import RelayLog
 from tests.faults.conftest import DISK_MIB, fill_disk
 from tests.faults.proxy import FaultProxy
@@ -152,3 +153,23 @@ async def test_archived_files_may_go_while_a_full_disk_refuses_archive_json(smal
         assert archiver.archived_names() == {archived.name}
         nursery.cancel_scope.cancel()
     relay_log.close()
+
+
+def test_a_purge_is_written_in_the_space_reserve_on_a_disk_without_a_free_byte(small_disk, caplog):
+    """A purge writes binlog.index (and the replica book) before it frees anything: on a disk
+    another process filled to the last byte, data_dir's space reserve makes room for them, once,
+    and is made again when there is room; other state files never take it."""
+    data_dir = small_disk.parent / "relay" / "data"
+    assert keep_space_reserve(data_dir)
+    names = [f"mysql-bin.{number:06d}" for number in range(1, 200)]
+    fill_disk(small_disk / "ballast", 0)
+    with pytest.raises(OSError) as full:
+        atomic_write(data_dir / "relay-state.json", b"x" * 8192)  # not a purge's write: the reserve stays
+    assert full.value.errno == errno.ENOSPC and (data_dir / SPACE_RESERVE).exists()
+    write_index(data_dir, names, use_reserve=True)
+    assert read_index(data_dir) == names and not (data_dir / SPACE_RESERVE).exists()
+    assert "its space reserve" in caplog.text
+    assert not keep_space_reserve(data_dir)  # no room yet, and no partial reserve left behind
+    assert not [path.name for path in data_dir.iterdir() if path.name.startswith(SPACE_RESERVE)]
+    (small_disk / "ballast").unlink()
+    assert keep_space_reserve(data_dir) and (data_dir / SPACE_RESERVE).stat().st_size == SPACE_RESERVE_BYTES
