@@ -24,6 +24,7 @@ speak the protocol through the relay's own sans-IO client over a blocking socket
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -230,16 +231,27 @@ def _install_datadir(root: Path) -> Path:
         f"--innodb-log-file-size={INNODB_LOG_FILE_SIZE}",
         f"--tmpdir={tmpdir}",
     ]
-    result = subprocess.run(
-        cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
-    )
-    (root / "install.log").write_text(result.stdout + result.stderr)
-    if result.returncode != 0:
-        raise MariaDBError(
-            f"mariadb-install-db failed (exit {result.returncode}):\n"
-            f"{result.stdout}{result.stderr}"
-        )
+    returncode, output = _run_as_a_group(cmd, timeout=300)
+    (root / "install.log").write_text(output)
+    if returncode != 0:
+        raise MariaDBError(f"mariadb-install-db failed (exit {returncode}):\n{output}")
     return datadir
+
+
+def _run_as_a_group(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` to its end in a process group of its own, killed whole if it is interrupted.
+    mariadb-install-db is a script whose mariadbd --bootstrap outlives a kill of the script
+    alone (subprocess.run's): a Ctrl-C or SIGTERM in the middle left it running."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):  # the whole group had ended
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, output
 
 
 def _copy_datadir(template: Path, datadir: Path) -> None:
