@@ -1,4 +1,5 @@
-"""binlog-relay command line: run | check-config | demo | hash-password | export | import | search | --version."""
+"""binlog-relay command line: run | check-config | demo | hash-password | export | import | search | archive
+| --version."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from typing import TYPE_CHECKING
 from . import __version__
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .archive.objectformat import Kek
+    from .archive.store import StoreConfig
     from .config import Config
 
 EXIT_CONFIG = 2
@@ -167,6 +172,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.verify:
+        return _verify_archive(settings.store, settings.keks, progress)
     if args.rewrap:
         from .archive.rotation import rewrap_archive
         try:
@@ -186,6 +193,20 @@ def cmd_archive(args: argparse.Namespace) -> int:
           f"already" + (f"; not archived, their events fail their checks: {', '.join(result.unverifiable)}"
                         if result.unverifiable else ""))
     return 1 if result.unverifiable else 0
+
+
+def _verify_archive(store: StoreConfig, keks: tuple[Kek, ...], progress: Callable[[str], None]) -> int:
+    from .archive.verify import verify_archive
+    from .errors import RelayError
+
+    try:
+        result = verify_archive(store, keks, progress)
+    except (RelayError, OSError) as err:
+        print(f"binlog-relay archive --verify: {err}", file=sys.stderr)
+        return 1
+    print(f"verified {len(result.verified)} file(s), {result.file_bytes} bytes; {len(result.damaged)} damaged"
+          + "".join(f"\n  {damage.name}: {damage.reason}" for damage in result.damaged))
+    return 1 if result.damaged else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,9 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     archive = commands.add_parser("archive", help="upload every closed stored file the archive lacks, with a "
                                   "progress line each (the relay stopped: a backlog archived the first time)")
     archive.add_argument("--config", required=True, help="the relay's YAML configuration (archive: and data_dir)")
-    archive.add_argument("--rewrap", action="store_true",
-                         help="key rotation instead: wrap every archived file's data key with encryption_key_file "
-                              "(old_encryption_key_files open the old wrappings); the relay may run meanwhile")
+    mode = archive.add_mutually_exclusive_group()
+    mode.add_argument("--verify", action="store_true",
+                      help="check instead: read every archived file back and check its events; exit 1 if one is "
+                           "damaged (read-only, the relay may run meanwhile; scratch copies in TMPDIR)")
+    mode.add_argument("--rewrap", action="store_true",
+                      help="key rotation instead: wrap every archived file's data key with encryption_key_file "
+                           "(old_encryption_key_files open the old wrappings); the relay may run meanwhile")
     archive.set_defaults(handler=cmd_archive)
     return parser
 

@@ -607,6 +607,64 @@ def test_the_archive_command_uploads_a_relays_backlog_and_rotates_its_key(
     assert twice.returncode == 0 and f"{len(closed)} were under the current key already" in twice.stdout
 
 
+def test_the_verify_command_reads_every_archived_file_back_and_names_each_damage(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """`binlog-relay archive --verify` beside the relay that writes the archive: a clean archive
+    passes; then each kind of damage is named with its file (a flipped byte in an object, an object
+    gone from under its meta, an edited meta, an object whose binlog events fail their CRC32, as
+    if a damaged file had been archived), the other files still pass, and nothing is changed."""
+    import sys
+
+    import yaml
+
+    from relay.archive.objects import meta_key, upload
+
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
+    write_files(primary, 6)
+    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the archive did not catch up")
+    config_path = tmp_path / "relay.yaml"
+    config_path.write_text(yaml.safe_dump(relay.config))
+    command = [sys.executable, "-m", "relay.cli", "archive", "--config", str(config_path), "--verify"]
+    clean = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0 and f"verified {len(closed)} file(s)" in clean.stdout, clean.stdout + clean.stderr
+    assert [line.split(": ")[1] for line in clean.stderr.splitlines() if line.startswith("verified ")] == closed
+
+    client, bucket = s3_server.client(), s3_server.bucket
+
+    def stored(key: str) -> bytes:
+        return client.get_object(Bucket=bucket, Key=f"relay/{key}")["Body"].read()
+
+    flipped, gone, edited, bad_events = closed[:4]
+    body = bytearray(stored(object_key(flipped)))
+    body[len(body) // 3] ^= 0x01
+    client.put_object(Bucket=bucket, Key=f"relay/{object_key(flipped)}", Body=bytes(body))
+    client.delete_object(Bucket=bucket, Key=f"relay/{object_key(gone)}")
+    meta = stored(meta_key(edited))
+    client.put_object(Bucket=bucket, Key=f"relay/{meta_key(edited)}", Body=meta.replace(b'"frames":', b'"frames": '))
+    damaged_file = tmp_path / bad_events
+    original = bytearray(primary.binlog_path(bad_events).read_bytes())
+    original[len(original) // 2] ^= 0x01  # inside an event: its CRC32 fails, the zstd frame around it is sound
+    damaged_file.write_bytes(bytes(original))
+    upload(open_store(s3_server.store_config(prefix="relay")), damaged_file, bad_events)
+    before = {entry["Key"]: entry["ETag"] for entry in client.list_objects_v2(Bucket=bucket)["Contents"]}
+
+    found = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert f"verified {len(closed) - 4} file(s)" in found.stdout and "4 damaged" in found.stdout, found.stdout
+    reasons = dict(line.strip().split(": ", 1) for line in found.stdout.splitlines()[1:])
+    assert set(reasons) == {flipped, gone, edited, bad_events}, found.stdout
+    assert "frame" in reasons[flipped]
+    assert "the object is not" in reasons[gone]
+    assert "meta document is damaged" in reasons[edited]
+    assert "CRC32" in reasons[bad_events]
+    assert [line.split(": ")[1] for line in found.stderr.splitlines() if line.startswith("DAMAGED ")] == \
+        [flipped, gone, edited, bad_events]
+    after = {entry["Key"]: entry["ETag"] for entry in client.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert after == before  # read-only
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
 def test_gtid_starts_in_files_only_the_archive_holds_are_the_primarys(mariadb_factory, relay_factory, s3_server):
     """The oracle test of GTID starts (tests/integration/test_gtid_index.py: several domains and
     server ids, strict and not, a state ahead of the binlog), with the large file purged from the
