@@ -95,7 +95,9 @@ def test_every_scenario_runs_and_writes_its_tables(tmp_path):
     assert _finite(arch["summary"]["serve"]["headline"]["ratio"])
     for part in ("archive", "serve"):  # the best the machine allows: above with the store elsewhere
         bound = arch["summary"][part]["cpu_bound"]
-        assert 0 < bound["ratio_at_most"] < bound["ratio_at_most_store_elsewhere"] and bound["store_cpu_s"] > 0
+        # the store's CPU is read in clock ticks (10 ms): the smoke run's one small read may cost it less
+        assert bound["store_cpu_s"] >= 0 and 0 < bound["ratio_at_most"] <= bound["ratio_at_most_store_elsewhere"]
+        assert (bound["ratio_at_most"] < bound["ratio_at_most_store_elsewhere"]) == (bound["store_cpu_s"] > 0)
     for variant in ("plain", "encrypted"):
         row = arch["summary"]["compression"][variant]
         assert row["ratio"] > 1 and _finite(row["compress_cpu_s_per_gib"]["median"])
