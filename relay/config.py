@@ -415,6 +415,14 @@ def _check_upstream(raw: Mapping, values: dict, report: Report) -> None:
 
 
 def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
+    url = values["url"]
+    if url is not None and valid(url):
+        from .archive.store import StoreURL  # boto3: loaded when an archive is configured
+
+        try:
+            StoreURL.parse(url)
+        except InputError as bad:
+            report("url", str(bad))
     if (values["access_key_id_file"] is None) != (values["secret_access_key_file"] is None):
         report("secret_access_key_file" if values["access_key_id_file"] else "access_key_id_file",
                "give both access_key_id_file and secret_access_key_file, or neither (the AWS chain)")

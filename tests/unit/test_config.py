@@ -724,3 +724,12 @@ def test_the_primarys_public_key_file_is_checked(tmp_path):
     not_a_key = write(tmp_path, "hello", "other.pem")
     assert errors_of(with_(minimal(), "upstream.server_public_key", str(not_a_key))) == [
         f"upstream.server_public_key: {not_a_key} holds no PEM public key"]
+
+
+def test_an_archive_url_the_store_would_refuse_is_a_configuration_error():
+    """The URL's form and its bucket name are checked with the store's own parser, so check-config
+    refuses what would otherwise stop `run` (and `archive`, `search`) at their start."""
+    assert parse_config(with_(minimal(), "archive.url", "s3://relay-archive/prod"), {}).archive.url == \
+        "s3://relay-archive/prod"
+    assert errors_of(with_(minimal(), "archive.url", "s3://b/prefix")) == [
+        "archive.url: object store URL 's3://b/prefix': 'b' is not a bucket name"]
