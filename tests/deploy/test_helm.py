@@ -165,6 +165,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "encryptionKeySecret": {"name": "archive-keys", "key": "current"},
             "oldEncryptionKeySecrets": [{"name": "archive-keys", "key": "2024"},
                                         {"name": "archive-old-key", "key": "key"}],
+            "verify": {"schedule": "30 3 * * 0", "scratchSize": "3Gi", "resources": {"limits": {"memory": "512Mi"}}},
         },
         "prometheusRule": {"enabled": True, "archive": {"lagFiles": 25, "storeDownFor": "5m"}},
     },
@@ -321,6 +322,8 @@ def test_objects_present(rendered: Rendered) -> None:
         expected.add(("ServiceMonitor", FULLNAME))
     if values.get("prometheusRule", {}).get("enabled"):
         expected.add(("PrometheusRule", FULLNAME))
+    if values.get("archive", {}).get("verify", {}).get("schedule"):
+        expected.add(("CronJob", f"{FULLNAME}-archive-verify"))
     assert set(kinds) == expected
     assert all(doc["metadata"].get("namespace", NAMESPACE) == NAMESPACE for doc in rendered.docs)
 
@@ -617,9 +620,11 @@ def resolve_env(rendered: Rendered, container: dict[str, Any], pod_name: str) ->
     return env
 
 
-def mount_volumes(rendered: Rendered, container: dict[str, Any], root: Path) -> dict[str, Path]:
-    """Fill a directory per volumeMount of ``container`` like the kubelet; mountPath -> directory."""
-    volumes = {volume["name"]: volume for volume in rendered.pod_spec["volumes"]}
+def mount_volumes(rendered: Rendered, container: dict[str, Any], root: Path,
+                  pod_spec: dict[str, Any] | None = None) -> dict[str, Path]:
+    """Fill a directory per volumeMount of ``container`` (of the relay's pods, or of ``pod_spec``)
+    like the kubelet; mountPath -> directory."""
+    volumes = {volume["name"]: volume for volume in (pod_spec or rendered.pod_spec)["volumes"]}
     configmaps = {cm["metadata"]["name"]: cm["data"] for cm in rendered.all("ConfigMap")}
     secrets = rendered.secrets()
     mounts = {}
@@ -831,6 +836,80 @@ def test_rendered_config_parses_in_process(rendered: Rendered, tmp_path: Path) -
 # ------------------------------------------------------------------ values.schema.json vs the relay
 
 
+# ------------------------------------------------------------------ the archive check's CronJob
+
+
+def verify_job_pod(rendered: Rendered) -> dict[str, Any]:
+    return rendered.one("CronJob", f"{FULLNAME}-archive-verify")["spec"]["jobTemplate"]["spec"]["template"]
+
+
+def test_archive_verify_cronjob(rendered: Rendered) -> None:
+    """The check's Job: not retried (its failure is the signal), one at a time, its pods counted
+    as relays by no Service or PodDisruptionBudget, the archive's Secrets and the relay's
+    configuration mounted as the relay mounts them, its scratch copies on a volume of the size
+    asked for."""
+    verify = rendered.values.get("archive", {}).get("verify", {})
+    if not verify.get("schedule"):
+        assert not rendered.all("CronJob")
+        return
+    cronjob = rendered.one("CronJob", f"{FULLNAME}-archive-verify")["spec"]
+    assert cronjob["schedule"] == verify["schedule"] and cronjob["concurrencyPolicy"] == "Forbid"
+    assert cronjob["jobTemplate"]["spec"]["backoffLimit"] == 0
+    pod = verify_job_pod(rendered)
+    labels = pod["metadata"]["labels"]
+    for doc in rendered.all("Service") + rendered.all("PodDisruptionBudget"):
+        selector = doc["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
+        assert not selector.items() <= labels.items(), f"{doc['kind']} {doc['metadata']['name']} selects the check"
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    relay = rendered.container("relay")
+    assert container["image"] == relay["image"] and container["securityContext"] == relay["securityContext"]
+    assert container["resources"] == verify.get("resources", {})
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    relay_volumes = {volume["name"]: volume for volume in rendered.pod_spec["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    for name in mounts.values():
+        if name in relay_volumes:
+            assert volumes[name] == relay_volumes[name], name
+    assert mounts[ARCHIVE_DIR] == "archive-secrets"
+    env = {var["name"]: var.get("value") for var in container["env"]}
+    assert mounts[env["TMPDIR"]] == "scratch"
+    assert volumes["scratch"]["emptyDir"]["sizeLimit"] == verify["scratchSize"]
+
+
+def test_the_archive_verify_job_checks_the_archive(helm: str, s3_server: Any, tmp_path: Path,
+                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The Job's script run as the kubelet would (its volumes filled from the rendered ConfigMap
+    and the user's Secrets, its environment resolved), with the real CLI, against a real S3 API
+    (moto): an empty archive passes, an archive holding a damaged file fails the Job, naming it."""
+    values = copy.deepcopy(VALUE_SETS["archive"])
+    values["config"]["archive"].update(url=f"s3://{s3_server.bucket}/relay", endpoint_url=s3_server.endpoint)
+    result = helm_template(helm, values_file(tmp_path_factory, values))
+    assert result.returncode == 0, result.stderr
+    rendered = Rendered("archive-on-moto", values, result.stdout)
+    pod = verify_job_pod(rendered)
+    (container,) = pod["spec"]["containers"]
+    mounts = mount_volumes(rendered, container, tmp_path / "volumes", pod["spec"])
+    config_file = mounts[CONFIG_DIR] / "config.yaml"
+    config_file.write_text(config_file.read_text().replace(ARCHIVE_DIR, str(mounts[ARCHIVE_DIR])))
+    shell, flag, script = container["command"]
+    env = {"PATH": f"{relay_shim(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           **{name: remap(value, mounts) for name, value in resolve_env(rendered, container, "verify-x1").items()}}
+
+    def run_job() -> subprocess.CompletedProcess[str]:
+        return run([shell, flag, remap(script, mounts)], env=env, cwd=tmp_path)
+
+    empty = run_job()
+    assert empty.returncode == 0 and "verified 0 file(s)" in empty.stdout, empty.stdout + empty.stderr
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key="relay/binlogs/mysql-bin.000001.meta.json",
+                                  Body=b"not a meta document")
+    damaged = run_job()
+    assert damaged.returncode == 1, damaged.stdout + damaged.stderr
+    assert "1 damaged" in damaged.stdout and "mysql-bin.000001: " in damaged.stdout, damaged.stdout
+
+
 def schema_paths(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     for key, child in node.get("properties", {}).items():
         path = f"{prefix}.{key}" if prefix else key
@@ -900,6 +979,7 @@ def test_values_schema_knows_every_relay_key() -> None:
      "/archive/oldEncryptionKeySecrets/0"),
     ({"config": {"archive": {"url": "s3://b"}}, "archive": {"credentialsSecret": {"name": "s3", "accessKeyIdKey": ""}}},
      "/archive/credentialsSecret/accessKeyIdKey"),
+    ({"archive": {"verify": {"schedule": "0 3 * * *"}}}, "archive.verify.schedule checks the archive"),
     ({"prometheusRule": {"archive": {"lagFiles": 0}}}, "/prometheusRule/archive/lagFiles"),
     ({"prometheusRule": {"archive": {"storeDownFor": "ten minutes"}}}, "/prometheusRule/archive/storeDownFor"),
 ])

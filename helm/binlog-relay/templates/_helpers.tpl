@@ -132,6 +132,9 @@ Checks that values.schema.json cannot express; each fails the render with a mess
 {{- if and (include "binlog-relay.archiveSecrets" .) (not (dig "archive" "url" nil $c)) }}
 {{- fail "archive.credentialsSecret, archive.encryptionKeySecret and archive.oldEncryptionKeySecrets are for the archive: set config.archive.url (or leave them empty)" }}
 {{- end }}
+{{- if and .Values.archive.verify.schedule (not (dig "archive" "url" nil $c)) }}
+{{- fail "archive.verify.schedule checks the archive: set config.archive.url (or leave it empty)" }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -268,5 +271,53 @@ paths point: in both containers, as check-config reads them too.
 - name: archive-secrets
   mountPath: {{ include "binlog-relay.archiveDir" . }}
   readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The volumes of the TLS Secrets and of the archive's Secrets, mounted by tlsMounts and
+archiveMount: the relay's pods and the archive check's Jobs read the same files.
+*/}}
+{{- define "binlog-relay.secretFileVolumes" -}}
+{{- with .Values.tls.listen.secretName }}
+- name: tls-listen
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- if .Values.tls.upstream.secretName }}
+- name: tls-upstream
+  secret:
+    secretName: {{ .Values.tls.upstream.secretName }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.tls.upstream.caKey }}
+        path: ca.crt
+      {{- if .Values.tls.upstream.clientCert }}
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- end }}
+{{- end }}
+{{- with include "binlog-relay.archiveSecrets" . }}
+- name: archive-secrets
+  # The user's Secrets for config.archive, one file per role (none optional: a missing
+  # Secret or key keeps the pod from starting).
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- range $item := fromYamlArray . }}
+      - secret:
+          name: {{ $item.name | quote }}
+          items:
+            - key: {{ $item.key | quote }}
+              path: {{ $item.path }}
+      {{- end }}
 {{- end }}
 {{- end }}
