@@ -205,6 +205,7 @@ def _verify_archive(store: StoreConfig, keks: tuple[Kek, ...], progress: Callabl
         print(f"binlog-relay archive --verify: {err}", file=sys.stderr)
         return 1
     print(f"verified {len(result.verified)} file(s), {result.file_bytes} bytes; {len(result.damaged)} damaged"
+          + (f"; {len(result.deleted)} deleted by archive.retention meanwhile" if result.deleted else "")
           + "".join(f"\n  {damage.name}: {damage.reason}" for damage in result.damaged))
     return 1 if result.damaged else 0
 

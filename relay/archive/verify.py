@@ -6,10 +6,12 @@ Each file listed by a meta document is fetched whole (the shelf's fetch: its tra
 against the meta, its data key unwrapped, each frame's size, GCM tag, zstd checksum and content
 size checked) into a scratch copy, and the copy's events are checked as an import checks them
 (CRC32, positions, one origin server).  What fails is reported with the reason and the run goes
-on to the next file; a store that cannot be reached ends the run (there is nothing to tell about
-the files then).  Read-only: it runs beside the relay that writes the archive, and takes no claim
-on it.  One scratch copy at a time, in the system's temporary directory (``TMPDIR``): the disk
-it needs is the largest binlog file's size.
+on to the next file; a file deleted from the archive while it was checked (archive.retention,
+which deletes the meta document first) is told apart from damage by asking for its meta again.
+A store that cannot be reached ends the run (there is nothing to tell about the files then).
+Read-only: it runs beside the relay that writes the archive, and takes no claim on it.  One
+scratch copy at a time, in the system's temporary directory (``TMPDIR``): the disk it needs is
+the largest binlog file's size.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from ..errors import Refusal
 from ..storage.importer import BinlogImportError, check_file
 from .objectformat import Kek
-from .objects import META_SUFFIX, OBJECT_DIR, ArchivedFileReader
+from .objects import META_SUFFIX, OBJECT_DIR, ArchivedFileReader, meta_key
 from .store import ObjectStore, StoreConfig, open_store
 
 
@@ -37,6 +39,7 @@ class VerifyResult:
     verified: tuple[str, ...]
     file_bytes: int  # of the files verified
     damaged: tuple[Damage, ...]
+    deleted: tuple[str, ...]  # by archive.retention while the check ran
 
 
 def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Callable[[str], None],
@@ -49,6 +52,7 @@ def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Cal
     names = _archived_names(store)
     verified: list[str] = []
     damaged: list[Damage] = []
+    deleted: list[str] = []
     file_bytes = 0
     with tempfile.TemporaryDirectory(prefix="binlog-relay-verify-") as scratch:
         for number, name in enumerate(names, 1):
@@ -56,6 +60,10 @@ def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Cal
             try:
                 file_bytes += _verify_file(store, name, keks, copy)
             except (Refusal, BinlogImportError) as exc:
+                if store.head(meta_key(name)) is None:
+                    deleted.append(name)
+                    progress(f"deleted {number}/{len(names)}: {name} (from the archive, while it was checked)")
+                    continue
                 damaged.append(Damage(name, str(exc)))
                 progress(f"DAMAGED {number}/{len(names)}: {name}: {exc}")
             else:
@@ -63,7 +71,7 @@ def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Cal
                 progress(f"verified {number}/{len(names)}: {name}")
             finally:
                 copy.unlink(missing_ok=True)
-    return VerifyResult(tuple(verified), file_bytes, tuple(damaged))
+    return VerifyResult(tuple(verified), file_bytes, tuple(damaged), tuple(deleted))
 
 
 def _archived_names(store: ObjectStore) -> list[str]:

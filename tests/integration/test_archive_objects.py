@@ -27,6 +27,7 @@ from relay.archive.objects import (
     FetchStopped,
     UploadMismatch,
     _runs,
+    delete_archived,
     meta_key,
     object_key,
     upload,
@@ -292,3 +293,35 @@ def test_a_file_still_written_goes_up_part_by_part_and_is_completed_once_closed(
     thread.join(60)
     assert isinstance(outcome.get("error"), FileChanged), outcome
     assert not s3_server.incomplete_uploads("archive/")
+
+
+class RetentionRacingStore(S3Store):
+    """The real store, where archive.retention deletes ``racing`` (meta first, as delete_archived
+    does) just after a reader has read its meta: the moment a check of the archive may meet it."""
+
+    racing = ""
+
+    def get_tail(self, name: str, length: int) -> tuple[bytes, int]:
+        if name == object_key(self.racing):
+            delete_archived(self, self.racing)
+        return super().get_tail(name, length)
+
+
+def test_a_file_deleted_while_the_archive_is_checked_is_not_damage(s3_server: S3Server) -> None:
+    """archive.retention deletes a file while `archive --verify` reads it: the check says so and
+    does not count it as damaged (a scheduled check would otherwise fail on a healthy archive);
+    a file whose object is gone under a meta that stays is damage."""
+    from relay.archive.verify import verify_archive
+
+    store = store_of(s3_server)
+    for name in ("mysql-bin.000001", "mysql-bin.000002"):
+        meta, _ = put_object(store, name, binlog_like(100_000, seed=7))
+        store.put(meta_key(name), [meta.to_json()])
+    RetentionRacingStore.racing = "mysql-bin.000001"
+    store.delete(object_key("mysql-bin.000002"))
+    lines: list[str] = []
+    result = verify_archive(store.config, [], lines.append, open_store_for=RetentionRacingStore)
+    assert result.deleted == ("mysql-bin.000001",) and result.verified == ()
+    assert [damage.name for damage in result.damaged] == ["mysql-bin.000002"]
+    assert "the object is not" in result.damaged[0].reason
+    assert lines[0].startswith("deleted 1/2: mysql-bin.000001") and lines[1].startswith("DAMAGED 2/2")
