@@ -833,9 +833,6 @@ def test_rendered_config_parses_in_process(rendered: Rendered, tmp_path: Path) -
     check_archive(rendered, config, {ARCHIVE_DIR: archive_dir} if rendered.archive_files() else {})
 
 
-# ------------------------------------------------------------------ values.schema.json vs the relay
-
-
 # ------------------------------------------------------------------ the archive check's CronJob
 
 
@@ -908,6 +905,9 @@ def test_the_archive_verify_job_checks_the_archive(helm: str, s3_server: Any, tm
     damaged = run_job()
     assert damaged.returncode == 1, damaged.stdout + damaged.stderr
     assert "1 damaged" in damaged.stdout and "mysql-bin.000001: " in damaged.stdout, damaged.stdout
+
+
+# ------------------------------------------------------------------ values.schema.json vs the relay
 
 
 def schema_paths(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
