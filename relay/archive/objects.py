@@ -42,7 +42,7 @@ from .objectformat import (
     ObjectWriter,
     trailer_length,
 )
-from .store import ObjectMissing, ObjectStore, PutResult
+from .store import ListedObject, ObjectMissing, ObjectStore, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -430,15 +430,19 @@ def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) ->
 # ------------------------------------------------------------------------------------ listing
 
 
+def listed_metas(store: ObjectStore) -> Iterator[tuple[str, ListedObject]]:
+    """(file name, listing) of every meta document in the store, whether it parses or not."""
+    for listed in store.list(OBJECT_DIR):
+        if listed.name.endswith(META_SUFFIX):
+            yield listed.name[len(OBJECT_DIR):-len(META_SUFFIX)], listed
+
+
 def list_archive(store: ObjectStore, known: dict[str, ArchivedFile] | None = None) -> dict[str, ArchivedFile]:
     """Every committed archived file (those with a meta document), by name; the metas of files in
     ``known`` are not fetched again (an archived object never changes)."""
     known = known or {}
     found: dict[str, ArchivedFile] = {}
-    for listed in store.list(OBJECT_DIR):
-        if not listed.name.endswith(META_SUFFIX):
-            continue
-        name = listed.name[len(OBJECT_DIR):-len(META_SUFFIX)]
+    for name, listed in listed_metas(store):
         if name in known:
             found[name] = known[name]
             continue

@@ -24,7 +24,7 @@ from pathlib import Path
 from ..errors import Refusal
 from ..storage.importer import BinlogImportError, check_file
 from .objectformat import Kek
-from .objects import META_SUFFIX, OBJECT_DIR, ArchivedFileReader, meta_key
+from .objects import ArchivedFileReader, listed_metas, meta_key
 from .store import ObjectStore, StoreConfig, open_store
 
 
@@ -49,7 +49,9 @@ def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Cal
     keks = tuple(keks)
     store = open_store_for(store_config)
     store.check()
-    names = _archived_names(store)
+    # every meta document, those that do not parse included: list_archive leaves them out (for a
+    # relay they are not archived), for a check they are what it is looking for
+    names = sorted(name for name, _ in listed_metas(store))
     verified: list[str] = []
     damaged: list[Damage] = []
     deleted: list[str] = []
@@ -72,13 +74,6 @@ def verify_archive(store_config: StoreConfig, keks: Iterable[Kek], progress: Cal
             finally:
                 copy.unlink(missing_ok=True)
     return VerifyResult(tuple(verified), file_bytes, tuple(damaged), tuple(deleted))
-
-
-def _archived_names(store: ObjectStore) -> list[str]:
-    """Every name with a meta document, damaged metas included (list_archive leaves those out:
-    for a relay they are not archived, for a check they are what it is looking for)."""
-    listed = (entry.name for entry in store.list(OBJECT_DIR))
-    return sorted(name[len(OBJECT_DIR):-len(META_SUFFIX)] for name in listed if name.endswith(META_SUFFIX))
 
 
 def _verify_file(store: ObjectStore, name: str, keks: tuple[Kek, ...], copy: Path) -> int:

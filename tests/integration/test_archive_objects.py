@@ -33,7 +33,7 @@ from relay.archive.objects import (
     upload,
     verify_upload,
 )
-from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store
+from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store, StoreConfig
 from relay.sandbox.polling import wait_for
 from relay.storage.importer import BinlogImportError, check_file
 
@@ -299,7 +299,9 @@ class RetentionRacingStore(S3Store):
     """The real store, where archive.retention deletes ``racing`` (meta first, as delete_archived
     does) just after a reader has read its meta: the moment a check of the archive may meet it."""
 
-    racing = ""
+    def __init__(self, config: StoreConfig, racing: str) -> None:
+        super().__init__(config)
+        self.racing = racing
 
     def get_tail(self, name: str, length: int) -> tuple[bytes, int]:
         if name == object_key(self.racing):
@@ -317,10 +319,10 @@ def test_a_file_deleted_while_the_archive_is_checked_is_not_damage(s3_server: S3
     for name in ("mysql-bin.000001", "mysql-bin.000002"):
         meta, _ = put_object(store, name, binlog_like(100_000, seed=7))
         store.put(meta_key(name), [meta.to_json()])
-    RetentionRacingStore.racing = "mysql-bin.000001"
     store.delete(object_key("mysql-bin.000002"))
     lines: list[str] = []
-    result = verify_archive(store.config, [], lines.append, open_store_for=RetentionRacingStore)
+    result = verify_archive(store.config, [], lines.append,
+                            open_store_for=lambda config: RetentionRacingStore(config, "mysql-bin.000001"))
     assert result.deleted == ("mysql-bin.000001",) and result.verified == ()
     assert [damage.name for damage in result.damaged] == ["mysql-bin.000002"]
     assert "the object is not" in result.damaged[0].reason
