@@ -86,7 +86,8 @@ def archive_settings(config: Config) -> ArchiveSettings | None:
     return ArchiveSettings(store, read_keks(archive.encryption_key_file, archive.old_encryption_key_files),
                            archive.compression_level, archive.retention.max_age, archive.retention.max_files,
                            read_back=archive.verify_uploads == "read-back",
-                           upstream=tuple(str(primary) for primary in configured_primaries(config)))
+                           upstream=tuple(str(primary) for primary in configured_primaries(config)),
+                           writer_lease=archive.writer_lease)
 
 
 def open_relay_log(config: Config) -> RelayLog:
@@ -103,14 +104,11 @@ class Relay:
         self.config = config
         settings = archive_settings(config)
         self.archiver: Archiver | None = None
-        hold_uploads = 0.0
         if settings is not None:
-            from .archive.archiver import TAKE_OVER_HOLD, Archiver, seed_from_archive
+            from .archive.archiver import Archiver, seed_from_archive
 
             try:  # an empty data_dir stands up again from the archive
-                seeded = seed_from_archive(settings, Path(config.data_dir))
-                if seeded is not None and seeded.took_over:
-                    hold_uploads = TAKE_OVER_HOLD
+                seed_from_archive(settings, Path(config.data_dir))
             except RelayError as exc:  # (the store down, a damaged object): not from the primary's purged files
                 raise DataDirError(f"{config.data_dir} holds no binlog and the archive could not seed it: {exc}") \
                     from exc
@@ -121,7 +119,7 @@ class Relay:
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
         if settings is not None:
-            archiver = self.archiver = Archiver(settings, self.relay_log, hold_uploads=hold_uploads)
+            archiver = self.archiver = Archiver(settings, self.relay_log)
             self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: archiver.files, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)

@@ -81,6 +81,7 @@ __all__ = [
 
 ENV_PREFIX = "BINLOG_RELAY_"
 MAX_UINT32 = 2**32 - 1
+MIN_WRITER_LEASE = 4  # seconds: the archive writer renews its record every quarter of archive.writer_lease
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,6 +312,10 @@ class ArchiveConfig:
                               "(one HEAD; read back when the store keeps none); read-back = the whole object read "
                               "back and compared (twice the transfer, for a store that does not check checksums).",
                               "checksum")
+    writer_lease: int = opt(Duration(), "Relays of one primary may share an archive: one writes it, renewing its "
+                            "record every quarter of this, the others read it (serve its files, purge a local "
+                            "file once the archived copy equals it); one of them writes it once the writer has "
+                            "been silent this long.", 60)
     retention: ArchiveRetentionConfig = section(ArchiveRetentionConfig, "When archived files are deleted.")
 
 
@@ -423,6 +428,10 @@ def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
             StoreURL.parse(url)
         except InputError as bad:
             report("url", str(bad))
+    lease = values["writer_lease"]
+    if valid(lease) and lease < MIN_WRITER_LEASE:
+        report("writer_lease", f"must be at least {MIN_WRITER_LEASE} s (the writer renews its record every quarter "
+                               f"of it), got {lease}")
     if (values["access_key_id_file"] is None) != (values["secret_access_key_file"] is None):
         report("secret_access_key_file" if values["access_key_id_file"] else "access_key_id_file",
                "give both access_key_id_file and secret_access_key_file, or neither (the AWS chain)")

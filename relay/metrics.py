@@ -56,6 +56,8 @@ class RelayCollector(Collector):
         yield _gauge("archive_files", "Files in the archive", len(archiver.files))
         yield _gauge("archive_store_up", "1 while the archive's object store answered the archiver's last round",
                      int(status.store_ok))
+        yield _gauge("archive_writer", "1 while this relay writes the archive, 0 while it reads one another relay "
+                     "of its primary writes", int(status.writing))
         yield _counter("archive_uploaded_files", "Files uploaded to the archive and verified there",
                        status.uploaded_files)
         yield _counter("archive_uploaded_file_bytes", "Bytes of the binlog files uploaded to the archive",
@@ -67,7 +69,8 @@ class RelayCollector(Collector):
                      "(NaN before the first)", ratio)
         yield _counter("archive_deleted_files", "Archived files deleted by archive.retention", status.deleted_files)
         yield _labelled_counter("archive_errors", "Archive operations that failed, by operation (claim, list, verify, "
-                                "upload, delete, read)", "operation", status.errors)
+                                "upload, delete, read, compare: a local file whose archived copy is other bytes)",
+                                "operation", status.errors)
         yield _counter("archive_damaged_reads", "Reads of archived objects that failed their checks (damaged, "
                        "cut short, wrong key)", status.damaged_reads)
         yield _counter("archive_served_bytes", "Bytes of archived files read back for clients", status.served_bytes)

@@ -21,6 +21,14 @@ failed is tried again after a back-off, not only at the next upload; one that fa
 space lets the store's word alone free the local copies (only a purge can make room for the copy,
 which is tried again every second).
 
+Several relays of one primary may share an archive (archive/owner.py): one writes it, the others
+read it.  A reader uploads nothing; it lists the archive every check to serve what the writer
+archived, and a local file leaves its disk only once the archive holds it and the archived copy
+equals its own, read back and compared (``checked``: a relay's own uploads are equal by making;
+another relay's are compared once, by writer and reader alike, and the names kept in archive.json
+so that a restart does not compare them again).  A copy that differs is kept and served, never
+purged for the archive's: the same name with other bytes is another history.
+
 The store being down never stops ingest or serving: uploads wait with a back-off (1 s doubling to
 a minute), the backlog is counted (``lag``) and uploaded in order once the store answers again.
 """
@@ -32,11 +40,12 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -55,12 +64,24 @@ from .objects import (
     ArchivedFileReader,
     FetchStopped,
     delete_archived,
+    differences_from_archived,
     list_archive,
     read_file_start_gtids,
     upload,
 )
-from .owner import ArchiveInUse, claim
-from .store import ObjectStore, StoreConfig, open_store
+from .owner import (
+    CHECKS_PER_LEASE,
+    DEFAULT_WRITER_LEASE,
+    ArchiveInUse,
+    LeaseWatch,
+    Owner,
+    WrittenByPeer,
+    check_same_history,
+    claim,
+    read_owner,
+    relay_id,
+)
+from .store import ObjectMissing, ObjectStore, StoreConfig, open_store
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +94,9 @@ MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
 # that of one large upload.
 UPLOADS_AT_ONCE = 4
 BATCH_BYTES = 64 * MIB
-OWNER_CHECK_SECONDS = 15.0  # a relay that lost the archive to another stops writing within this (a GET)
-TAKE_OVER_HOLD = 2 * OWNER_CHECK_SECONDS  # a relay that took the archive over uploads nothing before
+# A reader lists the files newer than its newest at each look (one request), and the whole archive
+# (a request per thousand objects) at every this many, to see archive.retention's deletions.
+WHOLE_LISTING_EVERY = 20
 CATALOG_SAVE_SECONDS = 1.0  # archive.json during `binlog-relay archive`: a crash there loses only a copy
 
 
@@ -87,6 +109,13 @@ class ArchiveSettings:
     max_files: int | None = None
     read_back: bool = False  # archive.verify_uploads: read-back
     upstream: tuple[str, ...] = ()  # host:port of the primaries followed: the archive's owner record names them
+    writer_lease: float = DEFAULT_WRITER_LEASE  # archive.writer_lease
+
+    @property
+    def check_seconds(self) -> float:
+        """How often the writer renews its record and a reader looks at it (and lists the archive):
+        a relay that lost the archive to another stops writing within this."""
+        return self.writer_lease / CHECKS_PER_LEASE
 
 
 @dataclass
@@ -101,6 +130,7 @@ class ArchiveStatus:
     damaged_reads: int = 0
     served_bytes: int = 0
     store_ok: bool = False
+    writing: bool = False  # this relay writes the archive (False: it reads one another relay writes)
 
     def failed(self, operation: str) -> None:
         self.errors[operation] = self.errors.get(operation, 0) + 1
@@ -108,9 +138,7 @@ class ArchiveStatus:
 
 class Archiver:
     def __init__(self, settings: ArchiveSettings, relay_log: RelayLog,
-                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store, hold_uploads: float = 0.0) -> None:
-        """``hold_uploads``: seconds before the first upload (TAKE_OVER_HOLD after taking the archive
-        over: the relay replaced may be uploading the same files until its next check)."""
+                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> None:
         self.settings = settings
         self.relay_log = relay_log
         self.status = ArchiveStatus()
@@ -119,6 +147,9 @@ class Archiver:
         self.url = str(settings.store.url)
         self.files: dict[str, ArchivedFile] = self._load_catalog()
         self._catalogued = frozenset(self.files)  # the names archive.json lists as last written
+        # local files known to equal their archived copy: only these may leave the disk for the archive's
+        self._checked: set[str] = load_checked(Path(relay_log.data_dir), self.url)
+        self._differs: set[str] = set()  # local files whose archived copy is other bytes or unreadable
         self._catalog_disk_full = False  # its last write failed for want of space
         self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
         self._growing: dict[str, GrowingFile] = {}  # the newest file, uploaded as ingest writes it
@@ -126,21 +157,24 @@ class Archiver:
         self._backoff = MIN_BACKOFF
         self._catalog_changed = trio.Event()
         self._catalog_lines: CatalogLines = {}  # archive.json's lines as last encoded
-        self._claimed_at = 0.0  # time.monotonic() of the last check that this relay writes the archive
-        self._uploads_from = time.monotonic() + hold_uploads
-        if hold_uploads:
-            log.info("archive %s: taken over from another relay; uploads begin in %.0f s, once it has stopped "
-                     "writing", self.url, hold_uploads)
+        self._looked_at = 0.0  # time.monotonic() of the last look at the owner record
+        self._lease = LeaseWatch(settings.writer_lease)
+        self._relay_id = ""  # read from data_dir at the first connect
+        self._told_reading = False  # the log said this relay reads the archive
+        self._uploads_from = 0.0  # time.monotonic(): after taking the archive over, the relay replaced may still
+        # be uploading the same files until its next check
+        self._list_before_uploads = False  # after that wait, what it finished is listed before uploading
 
     # ------------------------------------------------------------ what is archived
 
     def archived_names(self) -> set[str]:
         """The files whose local copy may go: in the archive, and in archive.json, so that a relay
         restarted while the store is down still serves them from the archive.  On a full disk, in
-        the archive alone: the copy can be written again only once a purge frees space."""
-        if self._catalog_disk_full:
-            return set(self.files)
-        return self.files.keys() & self._catalogued
+        the archive alone: the copy can be written again only once a purge frees space.  Either way
+        only those whose local copy is known to equal the archived one."""
+        listed = self.files.keys() if self._catalog_disk_full else self.files.keys() & self._catalogued
+        stored = set(self.relay_log.files)
+        return {name for name in listed if name in self._checked or name not in stored}
 
     def pending(self) -> list[str]:
         """The closed stored files not archived yet, oldest first (the newest file is still written)."""
@@ -164,6 +198,7 @@ class Archiver:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_catalog)
             nursery.start_soon(self._follow_newest)
+            nursery.start_soon(self._keep_looking_at_owner)
             await self._archive_closed_files()
 
     async def _keep_catalog(self) -> None:
@@ -177,7 +212,7 @@ class Archiver:
                 with trio.move_on_after(math.inf if retry is None else retry):
                     await self._catalog_changed.wait()
                 self._catalog_changed = trio.Event()
-                failure = await trio.to_thread.run_sync(self._write_catalog, dict(self.files))
+                failure = await trio.to_thread.run_sync(self._write_catalog, dict(self.files), self._local_checked())
                 if failure is None:
                     retry = None
                     continue
@@ -185,15 +220,20 @@ class Archiver:
                 log.error("archive: %s could not be written (%s); written again in %.0f s or at the next change",
                           CATALOG, failure, retry)
         finally:
-            failure = self._write_catalog(self.files)
+            failure = self._write_catalog(self.files, self._local_checked())
             if failure is not None:
                 log.error("archive: %s could not be written at stop (%s); the next start lists the store", CATALOG,
                           failure)
 
-    def _write_catalog(self, files: dict[str, ArchivedFile]) -> OSError | None:
+    def _local_checked(self) -> frozenset[str]:
+        """The checked names still stored (a purged file's is of no more use)."""
+        self._checked &= set(self.relay_log.files)
+        return frozenset(self._checked)
+
+    def _write_catalog(self, files: dict[str, ArchivedFile], checked: frozenset[str]) -> OSError | None:
         """Blocking: the copy written (None), or why not (the store lists them: it is only a copy)."""
         try:
-            save_catalog(Path(self.relay_log.data_dir), self.url, files, self._catalog_lines)
+            save_catalog(Path(self.relay_log.data_dir), self.url, files, self._catalog_lines, checked)
         except OSError as exc:
             self._catalog_disk_full = is_disk_full(exc)
             return exc
@@ -205,11 +245,14 @@ class Archiver:
             try:
                 if self.store is None:
                     await self._connect()
-                elif time.monotonic() - self._claimed_at >= OWNER_CHECK_SECONDS:
-                    await self._claim(self.store)
+                if self._uploading() and self._list_before_uploads and self.store is not None:
+                    await self._list(self.store)  # what the relay replaced finished
+                    self._list_before_uploads = False
                 for batch in self._batches(self._closed_to_upload() if self._uploading() else []):
                     await self._archive(batch)
-                await self._apply_retention()
+                if self._uploading():
+                    await self._apply_retention()
+                await self._compare_local()
                 self._backoff = MIN_BACKOFF
                 self.status.store_ok = True
                 if not (self._uploading() and self._closed_to_upload()):  # files closed meanwhile go up at once
@@ -218,53 +261,142 @@ class Archiver:
                 # The store is down, refuses us, or answered with damage: ingest and serving go on;
                 # retried after a back-off, the message told once per failure.
                 self.status.store_ok = False
+                self._lease.forget()  # an outage is no sign that the writer is gone
                 log.error("archive %s: %s; retrying in %.0f s", self.url, exc, self._backoff)
                 await trio.sleep(self._backoff)
                 self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+
+    async def _keep_looking_at_owner(self) -> None:
+        """The owner record looked at every check, apart from the uploads (a long batch must not let
+        the writer's lease lapse): the writer renews it; a reader lists the archive too."""
+        failing = False
+        looks = 0
+        while True:
+            await trio.sleep(max(0.0, self._looked_at + self.settings.check_seconds - time.monotonic()))
+            store = self.store
+            if store is None:  # not connected yet, or refused: the archiving loop connects
+                self._looked_at = time.monotonic()
+                continue
+            try:
+                await self._look_at_owner(store)
+                if not self.status.writing:  # the writer's uploads, to serve and to purge by
+                    looks += 1
+                    await self._list(store, newer_only=looks % WHOLE_LISTING_EVERY != 0)
+                failing = False
+            except ArchiveInUse:
+                pass  # refused: the archiving loop connects again and says why
+            except (RelayError, OSError) as exc:
+                self._lease.forget()  # an outage is no sign that the writer is gone
+                if not failing:
+                    log.warning("archive %s: the owner record could not be looked at (%s); tried again every "
+                                "%.0f s", self.url, exc, self.settings.check_seconds)
+                failing = True
 
     async def _connect(self) -> None:
         try:
             store = await trio.to_thread.run_sync(self._open_store, self.settings.store)
             await trio.to_thread.run_sync(store.check)
-            await self._claim(store)  # before the clean-up: another relay's uploads are not ours to abort
-            aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR)
-            listed = await trio.to_thread.run_sync(list_archive, store, self.files)
+            self._relay_id = await trio.to_thread.run_sync(relay_id, Path(self.relay_log.data_dir))
+            await self._look_at_owner(store)  # before the clean-up: another relay's uploads are not ours to abort
+            await self._list(store)
         except ArchiveInUse:
             raise  # counted as a failed claim
         except RelayError:
             self.status.failed("list")
             raise
-        if aborted:
-            log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
-        gone = set(self.files) - set(listed)
-        if gone:
+        self.store = store
+        log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(self.files),
+                 len(self.pending()) if self.status.writing else 0)
+
+    async def _list(self, store: ObjectStore, newer_only: bool = False) -> None:
+        """The archive listed again (the metas of files known already are not fetched again);
+        ``newer_only``: only the files after the newest known (archive.retention's deletions are
+        seen at the next whole listing)."""
+        known = dict(self.files)
+        newer_than = max(known) if newer_only and known else None
+        listed = await trio.to_thread.run_sync(list_archive, store, known, newer_than)
+        gone = set(known) - set(listed)
+        if gone and self.status.writing:
             log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
                         "archived again if still stored", self.url, len(gone), min(gone))
         for name, archived in sorted(listed.items()):
             if archived.start_state is None:  # listed from the store: its first events are read once
                 start = await trio.to_thread.run_sync(read_file_start_gtids, store, name, self.settings.keks)
                 listed[name] = replace(archived, start_state=start.gtid_list, previous_gtids=start.previous_gtids)
-        self.files = listed
-        self._catalog_changed.set()
-        self.store = store
-        log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(listed), len(self.pending()))
+        # uploaded meanwhile
+        listed.update((name, archived) for name, archived in self.files.items() if name not in known)
+        if listed != self.files:
+            self.files = listed
+            self._catalog_changed.set()
 
     def _uploading(self) -> bool:
-        return time.monotonic() >= self._uploads_from
+        return self.status.writing and time.monotonic() >= self._uploads_from
 
-    async def _claim(self, store: ObjectStore) -> None:
-        """This relay writes the archive (archive/owner.py), checked at connect and every
-        OWNER_CHECK_SECONDS after: a relay stood up from the archive elsewhere takes it over."""
+    async def _look_at_owner(self, store: ObjectStore) -> None:
+        """Who writes the archive (archive/owner.py), looked at on connect and every check: the
+        writer renews its record, or learns it has been replaced and reads from then on; a reader
+        takes the archive over once the writer's record has not changed for a whole lease."""
+        self._looked_at = time.monotonic()
+        take_over = False
+        if not self.status.writing:
+            current = await trio.to_thread.run_sync(read_owner, store)
+            if current is not None and current.relay_id != self._relay_id:
+                try:
+                    check_same_history(current, self.url, self.settings.upstream)
+                except ArchiveInUse:
+                    self._refused()
+                    raise
+                if not self._lease.observe(current, time.monotonic()):
+                    self._reading(current)
+                    return
+                take_over = True
         try:
-            await trio.to_thread.run_sync(claim, store, self.url, Path(self.relay_log.data_dir),
-                                          self.settings.upstream)
+            previous = await trio.to_thread.run_sync(claim, store, self.url, Path(self.relay_log.data_dir),
+                                                     self.settings.upstream, take_over)
+        except WrittenByPeer as peer:
+            self._reading(peer.owner)
+            return
         except ArchiveInUse:
-            self.status.failed("claim")
-            self.store = None
-            for growing in self._growing.values():
-                growing.stop()  # its upload ends; the file goes up once this relay writes the archive again
+            self._refused()
             raise
-        self._claimed_at = time.monotonic()
+        if not self.status.writing:
+            await self._writing(store, previous)
+
+    def _reading(self, owner: Owner) -> None:
+        was_writing = self.status.writing
+        self.status.writing = False
+        self._lease.observe(owner, time.monotonic())
+        if was_writing:
+            self._stop_following()
+            log.warning("archive %s: now written by %s; this relay reads it from now on", self.url, owner.describe())
+        elif not self._told_reading:
+            log.info("archive %s: written by %s; this relay reads it (serves its files, purges a local file once "
+                     "the archived copy equals it) and writes it if that relay is silent for %.0f s", self.url,
+                     owner.describe(), self.settings.writer_lease)
+        self._told_reading = True
+
+    async def _writing(self, store: ObjectStore, previous: Owner | None) -> None:
+        self.status.writing, self._told_reading = True, False
+        if previous is not None:
+            # the relay replaced may still be uploading the files this one would: it learns within a check
+            self._uploads_from = time.monotonic() + 2 * self.settings.check_seconds
+            self._list_before_uploads = True
+            log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
+                     self.url, previous.describe(), 2 * self.settings.check_seconds)
+        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR)
+        if aborted:
+            log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
+
+    def _refused(self) -> None:
+        """Another primary's archive: nothing written, nothing read (ArchiveInUse raised on)."""
+        self.status.failed("claim")
+        self.status.writing = False
+        self.store = None
+        self._stop_following()
+
+    def _stop_following(self) -> None:
+        for growing in self._growing.values():
+            growing.stop()  # its upload ends; the file goes up once this relay writes the archive again
 
     def _batches(self, names: list[str]) -> list[list[str]]:
         """``names`` in order, cut into batches of at most UPLOADS_AT_ONCE files and BATCH_BYTES
@@ -292,6 +424,8 @@ class Archiver:
                 self._record(name, outcome, f"{time.monotonic() - started:.1f} s")
             elif isinstance(outcome, BinlogImportError):
                 self._unverified(name, outcome)
+            elif isinstance(outcome, UploadStopped):
+                log.info("archive: the upload of %s is left to the relay that writes the archive now", name)
             else:
                 self.status.failed("upload")
                 failure = failure or outcome
@@ -338,7 +472,8 @@ class Archiver:
         try:
             archived = await run_abandonable(partial(upload, store, growing.path, name, kek=kek,
                                                      level=self.settings.level, read_back=self.settings.read_back,
-                                                     chunks=growing.chunks, commit_times=lambda: growing.commit_times))
+                                                     chunks=growing.chunks, commit_times=lambda: growing.commit_times,
+                                                     may_commit=self._may_commit))
         except trio.Cancelled:
             growing.stop()  # the thread aborts the upload
             raise
@@ -372,12 +507,18 @@ class Archiver:
             try:
                 check_file(path, name)
                 return upload(store, path, name, kek=kek, level=self.settings.level, read_back=self.settings.read_back,
-                              commit_times=lambda: times[name])
+                              commit_times=lambda: times[name], may_commit=self._may_commit)
             except (BinlogImportError, RelayError, OSError) as exc:
                 return exc
 
         with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="archive-upload") as pool:
             return list(pool.map(one, names))
+
+    def _may_commit(self) -> None:
+        """Asked by an upload (in its thread) just before its meta commits it: an upload that began
+        before another relay took the archive over must not commit over that relay's."""
+        if not self.status.writing:
+            raise UploadStopped(f"this relay no longer writes the archive {self.url}")
 
     def _unverified(self, name: str, exc: BinlogImportError) -> None:
         self._unverifiable.add(name)
@@ -390,12 +531,45 @@ class Archiver:
 
     def _record(self, name: str, archived: ArchivedFile, took: str) -> None:
         self.files[name] = archived
+        self._checked.add(name)  # uploaded from this very copy
         self._not_followed.discard(name)
         self.status.uploaded_files += 1
         self.status.uploaded_file_bytes += archived.file_size
         self.status.uploaded_object_bytes += archived.object_size
         log.info("archive: %s uploaded and verified (%d bytes, %d stored, %s)", name, archived.file_size,
                  archived.object_size, took)
+
+    # ------------------------------------------------------------ another relay's uploads
+
+    async def _compare_local(self) -> None:
+        """Each stored closed file the archive holds but this relay did not upload is read back once
+        and compared with the local copy: equal, it may leave the disk; other bytes (another history
+        under the same name) or an unreadable object, it stays and is served from here."""
+        store = self.store
+        unchecked = [name for name in self.relay_log.files[:-1]
+                     if name in self.files and name not in self._checked and name not in self._differs]
+        for name in unchecked:
+            assert store is not None
+            try:
+                difference = await trio.to_thread.run_sync(differences_from_archived, store, name,
+                                                           self.settings.keks, self.relay_log.path(name))
+            except ObjectMissing:
+                continue  # deleted by archive.retention meanwhile: the next listing drops it
+            except FileNotFoundError:
+                continue  # purged meanwhile (never for the archive's copy: it was not checked)
+            except ArchiveError as exc:
+                self.status.failed("read")
+                if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
+                    self.status.damaged_reads += 1
+                difference = f"the archived copy cannot be read: {exc}"
+            if difference is None:
+                self._checked.add(name)
+                self._catalog_changed.set()
+                continue
+            self._differs.add(name)
+            self.status.failed("compare")
+            log.error("archive: the archived %s is not this relay's copy (%s); the local copy stays and is served, "
+                      "never purged for the archive's", name, difference)
 
     async def _apply_retention(self) -> None:
         doomed = self.to_delete(time.time())
@@ -469,21 +643,45 @@ def commit_times(history: HistoryIndex, name: str) -> tuple[int, int] | None:
 
 def load_catalog(data_dir: Path, url: str) -> dict[str, ArchivedFile]:
     """archive.json: the archived files as last listed ({} when missing, unreadable or another archive's)."""
-    path = data_dir / CATALOG
+    document = _catalog_document(data_dir, url)
     try:
-        document = json.loads(path.read_text())
-        if document.get("url") != url:
-            return {}  # another archive's: the store's listing rebuilds it
         files = {}
-        for entry in document["files"]:
+        for entry in document.get("files", ()):
             state = entry.get("start_state")
             files[entry["name"]] = ArchivedFile(**{**entry, "start_state": None if state is None else tuple(state)})
         return files
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        log.warning("archive: %s unreadable (%s); the store's listing replaces it", data_dir / CATALOG, exc)
+        return {}
+
+
+def load_checked(data_dir: Path, url: str) -> set[str]:
+    """archive.json's local files known to equal their archived copy.  A copy written before relays
+    shared archives has no such list: all it lists was this relay's own upload (or seed) then."""
+    document = _catalog_document(data_dir, url)
+    try:
+        if "checked" in document:
+            return {str(name) for name in document["checked"]}
+        return {str(entry["name"]) for entry in document.get("files", ())}
+    except (TypeError, KeyError) as exc:
+        log.warning("archive: %s unreadable (%s); its local files are compared with the archive again",
+                    data_dir / CATALOG, exc)
+        return set()
+
+
+def _catalog_document(data_dir: Path, url: str) -> dict[str, Any]:
+    """archive.json parsed ({} when missing, unreadable or another archive's)."""
+    path = data_dir / CATALOG
+    try:
+        document = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (OSError, ValueError) as exc:
         log.warning("archive: %s unreadable (%s); the store's listing replaces it", path, exc)
         return {}
+    if not isinstance(document, dict) or document.get("url") != url:
+        return {}  # another archive's: the store's listing rebuilds it
+    return document
 
 
 _CATALOG_FIELDS = tuple(entry.name for entry in fields(ArchivedFile))
@@ -492,10 +690,12 @@ _CATALOG_FIELDS = tuple(entry.name for entry in fields(ArchivedFile))
 CatalogLines = dict[str, tuple[ArchivedFile, str]]
 
 
-def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile], lines: CatalogLines | None = None) -> None:
+def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile], lines: CatalogLines | None = None,
+                 checked: Iterable[str] = ()) -> None:
     """One file a line (dataclasses.asdict and an indented dump took six times as long).  ``lines``
     keeps each file's line from one write to the next of the same writer: the archiver writes the
-    whole copy after every upload, and encoding 50,000 files took 0.33 CPU s a write."""
+    whole copy after every upload, and encoding 50,000 files took 0.33 CPU s a write.  ``checked``:
+    the local files known to equal their archived copy."""
     cache: CatalogLines = {} if lines is None else lines
     encoded = []
     for name in sorted(files):
@@ -506,23 +706,20 @@ def save_catalog(data_dir: Path, url: str, files: dict[str, ArchivedFile], lines
         encoded.append(known[1])
     for gone in cache.keys() - files.keys():
         del cache[gone]
-    text = f'{{"url": {json.dumps(url)}, "files": [\n' + ",\n".join(encoded) + "\n]}\n"
+    text = (f'{{"url": {json.dumps(url)}, "checked": {json.dumps(sorted(checked))}, "files": [\n'
+            + ",\n".join(encoded) + "\n]}\n")
     atomic_write(data_dir / CATALOG, text.encode())
 
 
-@dataclass(frozen=True)
-class Seeded:
-    file: str  # the newest archived file, imported
-    took_over: bool  # from another relay, which may still be writing: uploads wait for it to stop (TAKE_OVER_HOLD)
-
-
 def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
-                      open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> Seeded | None:
+                      open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> str | None:
     """A relay started on an empty data_dir with an archive stands up again from it: the newest
     archived file is fetched and imported (storage/importer.py: checked, indexed, the state
     written), so ingest resumes where the archive ends and every older file is served from the
-    archive; the primary is never asked for what it may have purged.  None: the data_dir holds
-    files already, or the archive is empty.  Blocking: for start-up."""
+    archive; the primary is never asked for what it may have purged.  Returns that file; None: the
+    data_dir holds files already, or the archive is empty.  ArchiveInUse if the archive is another
+    primary's.  The archive is not claimed here: the archiver writes it if no live relay does
+    (archive/owner.py).  Blocking: for start-up."""
     if read_index(data_dir):
         return None
     store = open_store_for(settings.store)
@@ -530,20 +727,21 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
     if not archived:
         return None
     newest = max(archived)
+    check_same_history(read_owner(store), str(settings.store.url), settings.upstream)
     make_durable_dir(data_dir)
-    previous = claim(store, str(settings.store.url), data_dir, settings.upstream, take_over=True)  # it writes it now
     with tempfile.TemporaryDirectory(prefix=".seed-", dir=data_dir) as tmp:
         target = Path(tmp) / newest
         ArchivedFileReader(store, newest, settings.keks).copy_to(target)
         imported = import_binlogs(data_dir, [target]).imported[0]
-    save_catalog(data_dir, str(settings.store.url), archived)  # dumps find the older files before the first listing
+    # dumps find the older files before the first listing; the imported copy is the archive's own
+    save_catalog(data_dir, str(settings.store.url), archived, checked=[newest])
     if imported.next_file is not None:
         # Ingest resumes at the file its ROTATE names (as after a crash between the ROTATE and the
         # next file): the primary may have purged the archived one already.
         write_index(data_dir, [*read_index(data_dir), imported.next_file])
     log.info("archive %s: an empty data_dir seeded with %s, the newest of its %d archived files; the older ones "
              "are served from the archive", settings.store.url, newest, len(archived))
-    return Seeded(newest, previous is not None)
+    return newest
 
 
 @dataclass(frozen=True)
@@ -565,9 +763,16 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
         url = str(settings.store.url)
         store = open_store_for(settings.store)
         store.check()
-        claim(store, url, data_dir, settings.upstream)
+        try:
+            claim(store, url, data_dir, settings.upstream)
+        except WrittenByPeer as peer:
+            raise ArchiveInUse(f"archive {url}: written by {peer.owner.describe()}: only the relay writing an "
+                               "archive uploads to it (if that relay is gone for good, start this one: it takes "
+                               f"the archive over once that relay has been silent for {settings.writer_lease:.0f} s "
+                               "and uploads its backlog)") from None
         store.abort_stale_uploads(OBJECT_DIR)
         archived = list_archive(store, load_catalog(data_dir, url))
+        checked = load_checked(data_dir, url)
         stored = read_index(data_dir)
         closed = stored[:-1]
         pending = [name for name in closed if name not in archived]
@@ -591,16 +796,17 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                 archived[name] = upload(store, path, name, kek=kek, level=settings.level, read_back=settings.read_back,
                                         commit_times=partial(commit_times, history, name))
                 if time.monotonic() - saved_at >= CATALOG_SAVE_SECONDS:  # not once a file: it grows with each
-                    save_catalog(data_dir, url, archived, lines)
+                    save_catalog(data_dir, url, archived, lines, checked)
                     saved_at = time.monotonic()
                 uploaded.append(name)
+                checked.add(name)
                 done_bytes += archived[name].file_size
                 rate = done_bytes / max(time.monotonic() - started, 1e-6)
                 left = (total - done_bytes) / rate if rate else 0.0
                 progress(f"archived {number}/{len(pending)} files, {done_bytes / MIB:,.1f} of {total / MIB:,.1f} "
                          f"MiB, {rate / MIB:,.1f} MiB/s, about {left:,.0f} s left ({name})")
         finally:
-            save_catalog(data_dir, url, archived, lines)
+            save_catalog(data_dir, url, archived, lines, checked & set(stored))
         return BacklogResult(tuple(uploaded), len(closed) - len(pending), tuple(skipped), done_bytes)
     finally:
         lock.release()

@@ -34,6 +34,7 @@ from .objectformat import (
     DEFAULT_LEVEL,
     TRAILER_PROBE,
     ArchiveDamaged,
+    ArchiveError,
     FrameEntry,
     Kek,
     ObjectLayout,
@@ -143,13 +144,15 @@ class UploadMismatch(ArchiveDamaged):
 def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None, level: int = DEFAULT_LEVEL,
            chunk_size: int = DEFAULT_CHUNK_SIZE, workers: int = ENCODE_WORKERS, read_back: bool = False,
            chunks: Callable[[int], Iterable[bytes]] | None = None,
-           commit_times: Callable[[], tuple[int, int] | None] = lambda: None) -> ArchivedFile:
+           commit_times: Callable[[], tuple[int, int] | None] = lambda: None,
+           may_commit: Callable[[], None] = lambda: None) -> ArchivedFile:
     """Archive the closed binlog file at ``path`` (already verified by the caller) as ``name``:
     stream it into its object (``workers`` chunks compressed at once), check that the store holds
     exactly what was sent (verify_upload), then store the meta document, which commits it, with
     ``commit_times()`` (asked once the file is whole: its index's).  ``chunks(chunk_size)``, if
     given, is where the file's bytes come from instead, as it is still written
-    (archive/growing.py): the object is completed once that ends."""
+    (archive/growing.py): the object is completed once that ends.  ``may_commit()`` is asked just
+    before the meta is stored, and raises if this relay may no longer write the archive."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
     source = chunks(chunk_size) if chunks is not None else _file_chunks(path, chunk_size)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
@@ -159,6 +162,7 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     how = verify_upload(store, meta, sent, [kek] if kek is not None else [], read_back)
     log.debug("archive: %s verified by the %s", name, how)
     meta = replace(meta, commit_times=commit_times())
+    may_commit()
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)
@@ -367,6 +371,11 @@ class ArchivedFileReader:
         finally:
             pieces.close()
 
+    def chunks(self) -> Iterator[tuple[int, bytes]]:
+        """The file's chunks in order, each with its offset in the file: a GET and a decode each."""
+        for frame in self._reader.layout.frames:
+            yield frame.file_start, self._chunk(frame.index)
+
     def _chunk(self, index: int) -> bytes:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1]
@@ -378,6 +387,26 @@ class ArchivedFileReader:
         """Frame ``index``, fetched and decoded."""
         frame = self._reader.layout.frames[index]
         return self._reader.decode_frame(index, _get(self.store, self._key, frame.object_start, frame.object_end))
+
+
+def differences_from_archived(store: ObjectStore, name: str, keks: Iterable[Kek], path: Path) -> str | None:
+    """None if the archived ``name`` holds the bytes of the local file ``path``, else where they
+    differ; read frame by frame (one frame and one local chunk in memory).  ObjectMissing if the
+    file left the archive, ArchiveError if its object cannot be read.  Blocking."""
+    try:
+        reader = ArchivedFileReader(store, name, keks)
+        size = path.stat().st_size
+        if size != reader.size:
+            return f"{size} bytes here, {reader.size} archived"
+        with open(path, "rb") as local:
+            for start, chunk in reader.chunks():
+                if local.read(len(chunk)) != chunk:
+                    return f"bytes {start}..{start + len(chunk)} differ"
+    except ArchiveError:
+        if store.head(meta_key(name)) is None:  # deleted by archive.retention while it was read
+            raise ObjectMissing(f"{name} left the archive while it was compared") from None
+        raise
+    return None
 
 
 def _writer_at(fd: int, at: int) -> Callable[[bytes, int], object]:
@@ -430,19 +459,23 @@ def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) ->
 # ------------------------------------------------------------------------------------ listing
 
 
-def listed_metas(store: ObjectStore) -> Iterator[tuple[str, ListedObject]]:
-    """(file name, listing) of every meta document in the store, whether it parses or not."""
-    for listed in store.list(OBJECT_DIR):
+def listed_metas(store: ObjectStore, after: str | None = None) -> Iterator[tuple[str, ListedObject]]:
+    """(file name, listing) of every meta document in the store, whether it parses or not; those
+    of the files whose names sort after ``after`` only, if given."""
+    for listed in store.list(OBJECT_DIR, meta_key(after) if after is not None else ""):
         if listed.name.endswith(META_SUFFIX):
             yield listed.name[len(OBJECT_DIR):-len(META_SUFFIX)], listed
 
 
-def list_archive(store: ObjectStore, known: dict[str, ArchivedFile] | None = None) -> dict[str, ArchivedFile]:
+def list_archive(store: ObjectStore, known: dict[str, ArchivedFile] | None = None,
+                 newer_than: str | None = None) -> dict[str, ArchivedFile]:
     """Every committed archived file (those with a meta document), by name; the metas of files in
-    ``known`` are not fetched again (an archived object never changes)."""
+    ``known`` are not fetched again (an archived object never changes).  ``newer_than``: only the
+    files whose names sort after it are listed (a request, where the whole archive takes one per
+    thousand objects), and ``known`` is taken as the rest."""
     known = known or {}
-    found: dict[str, ArchivedFile] = {}
-    for name, listed in listed_metas(store):
+    found: dict[str, ArchivedFile] = dict(known) if newer_than is not None else {}
+    for name, listed in listed_metas(store, newer_than):
         if name in known:
             found[name] = known[name]
             continue

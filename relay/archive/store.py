@@ -199,7 +199,7 @@ class ObjectStore(Protocol):
     def get_tail(self, name: str, length: int) -> tuple[bytes, int]: ...
     def get_pieces(self, name: str, start: int, sizes: Sequence[int]) -> Generator[bytes, None, None]: ...
     def head(self, name: str) -> ObjectHead | None: ...
-    def list(self, prefix: str = "") -> Iterator[ListedObject]: ...
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ListedObject]: ...
     def delete(self, name: str) -> None: ...
     def abort_stale_uploads(self, under: str = "", initiated_before: dt.datetime | None = None) -> int: ...
     def check(self) -> None: ...
@@ -455,12 +455,14 @@ class S3Store:
         return ObjectHead(name, int(answer["ContentLength"]), answer.get("ETag", ""), checksum,
                           answer.get("LastModified"))
 
-    def list(self, prefix: str = "") -> Iterator[ListedObject]:
-        """The objects whose names start with ``prefix``, in key order (paged as the store pages)."""
+    def list(self, prefix: str = "", start_after: str = "") -> Iterator[ListedObject]:
+        """The objects whose names start with ``prefix``, in key order (paged as the store pages),
+        from the first whose name sorts after ``start_after`` (if given)."""
         start = len(self.url.prefix)
         try:
-            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.url.bucket,
-                                                                           Prefix=self.url.prefix + prefix)
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.url.bucket, Prefix=self.url.prefix + prefix,
+                StartAfter=self.url.key(start_after) if start_after else "")
             for page in pages:
                 for item in page.get("Contents", ()):
                     yield ListedObject(item["Key"][start:], int(item["Size"]), item.get("ETag", ""),

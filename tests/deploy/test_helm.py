@@ -150,13 +150,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "podDisruptionBudget": {"enabled": False},
         "terminationGracePeriodSeconds": 30,
     },
-    # The archive on an S3-compatible store, credentials and keys (current and two old ones, one
-    # from the current key's Secret) from existing Secrets, its alerts with one bound changed.
+    # The archive on an S3-compatible store, shared by two pods, credentials and keys (current and
+    # two old ones, one from the current key's Secret) from existing Secrets, its alerts with one
+    # bound changed.
     "archive": {
+        "replicaCount": 2,
         "config": {
             "upstream": {"host": "primary"},
             "archive": {"url": "s3://relay-archive/prod/relay", "endpoint_url": "http://minio.storage.svc:9000",
-                        "region": "eu-west-1", "compression_level": 6,
+                        "region": "eu-west-1", "compression_level": 6, "writer_lease": "2m",
                         "retention": {"max_age": "90d", "max_files": 5000}},
         },
         "archive": {
@@ -972,7 +974,8 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"config": {"archive": {"retention": {"max_age": "soon"}}}}, "/config/archive/retention/max_age"),
     ({"config": {"archive": {"url": "s3://b", "access_key_id_file": "/k"}}}, "access_key_id_file"),
     ({"config": {"archive": {"url": "s3://b", "old_encryption_key_files": ["/k"]}}}, "old_encryption_key_files"),
-    ({"config": {"archive": {"url": "s3://b/relay"}}, "replicaCount": 2}, "an archive is written by one relay"),
+    ({"config": {"archive": {"writer_lease": 3}}}, "/config/archive/writer_lease"),
+    ({"config": {"archive": {"writer_lease": "a minute"}}}, "/config/archive/writer_lease"),
     ({"archive": {"credentialsSecret": {"name": "s3"}}}, "set config.archive.url"),
     ({"archive": {"encryptionKeySecret": {"name": "keys"}}}, "set config.archive.url"),
     ({"config": {"archive": {"url": "s3://b"}}, "archive": {"oldEncryptionKeySecrets": [{"name": "k"}]}},

@@ -327,3 +327,23 @@ def test_a_file_deleted_while_the_archive_is_checked_is_not_damage(s3_server: S3
     assert [damage.name for damage in result.damaged] == ["mysql-bin.000002"]
     assert "the object is not" in result.damaged[0].reason
     assert lines[0].startswith("deleted 1/2: mysql-bin.000001") and lines[1].startswith("DAMAGED 2/2")
+
+
+def test_a_listing_of_the_newer_files_only_keeps_the_known_ones_and_finds_the_new(s3_server: S3Server) -> None:
+    """A reader lists the files after its newest at each look (one request): the known files are
+    taken as they are, the new ones are found; only a whole listing sees a deletion."""
+    from relay.archive.objects import list_archive
+
+    store = store_of(s3_server)
+    for name in ("mysql-bin.000001", "mysql-bin.000002"):
+        meta, _ = put_object(store, name, binlog_like(50_000, seed=3))
+        store.put(meta_key(name), [meta.to_json()])
+    known = list_archive(store)
+    assert sorted(known) == ["mysql-bin.000001", "mysql-bin.000002"]
+    meta, _ = put_object(store, "mysql-bin.000003", binlog_like(50_000, seed=4))
+    store.put(meta_key("mysql-bin.000003"), [meta.to_json()])
+    store.delete(meta_key("mysql-bin.000001"))
+    newer = list_archive(store, known, newer_than="mysql-bin.000002")
+    assert sorted(newer) == ["mysql-bin.000001", "mysql-bin.000002", "mysql-bin.000003"]
+    assert newer["mysql-bin.000002"] is known["mysql-bin.000002"] and newer["mysql-bin.000003"].file_size == 50_000
+    assert sorted(list_archive(store, newer)) == ["mysql-bin.000002", "mysql-bin.000003"]

@@ -90,6 +90,9 @@ def test_put_get_head_list_delete(s3_server: S3Server) -> None:
     assert [item.name for item in store.list()] == ["mysql-bin.000001.zst", "mysql-bin.000001.zst.meta",
                                                     "mysql-bin.000002.zst"]
     assert [item.name for item in store.list("mysql-bin.000002")] == ["mysql-bin.000002.zst"]
+    assert [item.name for item in store.list("mysql-bin.", start_after="mysql-bin.000001.zst")] == [
+        "mysql-bin.000001.zst.meta", "mysql-bin.000002.zst"]
+    assert list(store.list(start_after="mysql-bin.000002.zst")) == []
     # names are relative to the URL's prefix: the bucket's keys carry it
     keys = [item["Key"] for item in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert keys == ["archive/mysql-bin.000001.zst", "archive/mysql-bin.000001.zst.meta", "archive/mysql-bin.000002.zst"]

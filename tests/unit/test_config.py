@@ -733,3 +733,12 @@ def test_an_archive_url_the_store_would_refuse_is_a_configuration_error():
         "s3://relay-archive/prod"
     assert errors_of(with_(minimal(), "archive.url", "s3://b/prefix")) == [
         "archive.url: object store URL 's3://b/prefix': 'b' is not a bucket name"]
+
+
+def test_the_archive_writer_lease_leaves_room_for_its_renewals():
+    """The writer renews its record every quarter of the lease: a lease under 4 s would have it
+    renew faster than once a second."""
+    assert parse_config(with_(minimal(), "archive.writer_lease", "2m"), {}).archive.writer_lease == 120
+    assert parse_config(minimal(), {}).archive.writer_lease == 60
+    assert errors_of(with_(minimal(), "archive.writer_lease", 3)) == [
+        "archive.writer_lease: must be at least 4 s (the writer renews its record every quarter of it), got 3"]

@@ -104,9 +104,6 @@ Checks that values.schema.json cannot express; each fails the render with a mess
 {{- fail (printf "config.upstream.ignore_server_ids contains %d, the server_id of one of the relay pods (%d..%d)" (int64 $id) $base $last) }}
 {{- end }}
 {{- end }}
-{{- if and (dig "archive" "url" "" $c) (gt (int64 .Values.replicaCount) 1) }}
-{{- fail (printf "config.archive.url with replicaCount %d: an archive is written by one relay (it refuses another), so the pods after the first would never archive nor purge; run one pod with the archive, or a release per pod with its own archive.url" (int64 .Values.replicaCount)) }}
-{{- end }}
 {{- if .Values.auth.existingSecret }}
 {{- if or .Values.auth.upstreamPassword .Values.auth.users }}
 {{- fail "auth.upstreamPassword and auth.users are not used with auth.existingSecret: put them into that Secret" }}

@@ -1,0 +1,161 @@
+"""Relays of one primary sharing one archive (relay/archive/owner.py), with a real primary and a real
+S3 API server: one writes it, the others read it (serve what it archived, purge a local file only
+once the archive's copy equals their own, upload nothing); once the writer has been silent for a
+lease a reader takes the archive over, and the old writer, back, reads it.  A local file whose
+archived copy is other bytes stays on the disk and is served from there."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from relay.archive.objects import ArchivedFileReader, list_archive, upload
+from relay.archive.owner import read_owner, relay_id
+from relay.archive.store import open_store
+from relay.sandbox.compare import copy_differences
+from relay.sandbox.polling import wait_for
+from relay.sandbox.ports import LOOPBACK, free_port
+from relay.storage.index import read_index
+from tests.integration.test_archive import (
+    _mariadb_binlog,
+    archive_config,
+    relay_holds_the_primarys_newest,
+    write_files,
+)
+from tests.support.faults import metric
+from tests.support.s3 import S3Server
+
+LEASE = 4  # seconds (the least allowed): the writer renews every second
+PURGE_ALL_BUT_TWO = {"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}}
+
+
+def _shared_archive(s3: S3Server) -> dict[str, Any]:
+    return {**archive_config(s3), "writer_lease": f"{LEASE}s"}
+
+
+def _relay(relay_factory: Any, name: str, primary: Any, s3: S3Server, server_id: int, **overrides: Any) -> Any:
+    return relay_factory(name, primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                         archive=_shared_archive(s3), server_id=server_id, **overrides)
+
+
+def _closed(primary: Any) -> list[str]:
+    return [name for name, _ in primary.binlog_files()[:-1]]
+
+
+def _archived_as_the_primary_wrote(s3: S3Server, primary: Any) -> list[str]:
+    """The archive's files, each checked against the primary's bytes; their names."""
+    store = open_store(s3.store_config(prefix="relay"))
+    names = sorted(list_archive(store))
+    for name in names:
+        reader = ArchivedFileReader(store, name, ())
+        assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes(), name
+    return names
+
+
+def test_relays_of_one_primary_share_an_archive_one_writes_the_others_read(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001, storage=PURGE_ALL_BUT_TWO)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_writer") == 1, 30, "the first relay does not write")
+    reader = _relay(relay_factory, "reader", primary, s3_server, 1002, storage=PURGE_ALL_BUT_TWO)
+    wait_for(lambda: "this relay reads it" in reader.log_text(), 30, "the second relay was not told who writes")
+    write_files(primary, 4)
+    closed = _closed(primary)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_lag_files") == 0
+             and metric(reader, "binlog_relay_archive_files") == len(closed), 60,
+             "the reader did not list what the writer archived")
+    # The reader's own copies go once the archive holds them and they compare equal.
+    newest_two = [name for name, _ in primary.binlog_files()[-2:]]
+    wait_for(lambda: read_index(reader.data_dir) == newest_two, 60, "the reader did not purge its archived copies")
+    assert metric(reader, "binlog_relay_archive_writer") == 0
+    assert metric(reader, "binlog_relay_archive_uploaded_files_total") == 0
+    assert not metric(reader, "binlog_relay_archive_errors_total", operation="compare")
+    # It serves the files only the archive holds, as the primary wrote them.
+    everything = [primary.binlog_path(name) for name, _ in primary.binlog_files()]
+    run = _mariadb_binlog(reader.port, closed[0], tmp_path / "through-the-reader")
+    assert run.returncode == 0, run.stderr
+    assert not copy_differences(everything, tmp_path / "through-the-reader")
+
+    # The writer dies: once it has been silent for a lease the reader writes the archive.
+    writer.kill9()
+    wait_for(lambda: metric(reader, "binlog_relay_archive_writer") == 1, 30, "the reader did not take the archive over")
+    assert "taken over from relay " + relay_id(writer.data_dir) in reader.log_text()
+    write_files(primary, 2, table="after")
+    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary)
+             and metric(reader, "binlog_relay_archive_lag_files") == 0, 60, "the new writer did not archive on")
+    assert metric(reader, "binlog_relay_archive_uploaded_files_total") == 2
+    store = open_store(s3_server.store_config(prefix="relay"))
+    assert read_owner(store).relay_id == relay_id(reader.data_dir)
+
+    # The old writer, back, reads the archive: it uploads nothing, not even what it missed.
+    writer.start()
+    writer.wait_listening()
+    wait_for(lambda: "this relay reads it" in writer.log_text(), 30, "the old writer was not told who writes")
+    write_files(primary, 1, table="later")
+    closed = _closed(primary)
+    wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(closed)
+             and metric(writer, "binlog_relay_archive_files") == len(closed), 60, "the last file was not archived")
+    assert metric(writer, "binlog_relay_archive_writer") == 0
+    assert metric(writer, "binlog_relay_archive_uploaded_files_total") == 0
+    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert "Traceback" not in writer.log_text() + reader.log_text()
+
+
+def test_a_local_file_whose_archived_copy_is_other_bytes_stays_and_is_served(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """The same name with other bytes is another history (the primary's binlogs reset, say): a
+    reader never purges its copy for the archive's, and says why."""
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
+    write_files(primary, 3)
+    closed = _closed(primary)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(closed), 60, "not archived")
+    other = mariadb_factory(server_id=2)
+    write_files(other, 3)
+    replaced = closed[1]
+    assert other.binlog_path(replaced).read_bytes() != primary.binlog_path(replaced).read_bytes()
+    store = open_store(s3_server.store_config(prefix="relay"))
+    upload(store, other.binlog_path(replaced), replaced)  # the archive's copy is now the other history's
+
+    # a relay that stored the primary's files before it was given the archive
+    reader = relay_factory("reader", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, server_id=1002,
+                           storage=PURGE_ALL_BUT_TWO)
+    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary), 60, "the reader did not catch up")
+    reader.stop()
+    reader.config["archive"] = _shared_archive(s3_server)
+    reader.start()
+    reader.wait_listening()
+    wait_for(lambda: metric(reader, "binlog_relay_archive_errors_total", operation="compare") == 1, 60,
+             "the reader did not find the copy that differs")
+    wait_for(lambda: closed[0] not in read_index(reader.data_dir), 60, "the reader purged nothing")
+    assert replaced in read_index(reader.data_dir)
+    assert f"the archived {replaced} is not this relay's copy" in reader.log_text()
+    run = _mariadb_binlog(reader.port, replaced, tmp_path / "through-the-reader")
+    assert run.returncode == 0, run.stderr
+    served = [primary.binlog_path(name) for name, _ in primary.binlog_files()[1:]]
+    assert not copy_differences(served, tmp_path / "through-the-reader")
+
+
+def test_a_relay_stood_up_from_the_archive_reads_it_while_its_writer_lives(mariadb_factory, relay_factory, s3_server):
+    """A relay started on an empty disk with the archive of a live writer (a pod whose volume was
+    replaced) seeds itself from it and reads it: it takes nothing over while the writer renews."""
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
+    write_files(primary, 2)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(_closed(primary)), 60, "not archived")
+    newest_archived = _closed(primary)[-1]
+    started = time.time()
+    seeded = _relay(relay_factory, "seeded", primary, s3_server, 1002)
+    assert "seeded with " + newest_archived in seeded.log_text()
+    write_files(primary, 2, table="after")
+    closed = _closed(primary)
+    wait_for(lambda: metric(seeded, "binlog_relay_archive_files") == len(closed)
+             and relay_holds_the_primarys_newest(seeded, primary), 60, "the seeded relay did not follow the writer")
+    store = open_store(s3_server.store_config(prefix="relay"))
+    wait_for(lambda: read_owner(store).renewed > started + 2 * LEASE, 30, "the writer did not renew its record")
+    # two leases have gone by: the writer's renewals kept the archive its own
+    assert metric(seeded, "binlog_relay_archive_writer") == 0
+    assert metric(seeded, "binlog_relay_archive_uploaded_files_total") == 0
+    assert metric(writer, "binlog_relay_archive_writer") == 1
+    assert read_owner(store).relay_id == relay_id(writer.data_dir)
+    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
