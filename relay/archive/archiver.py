@@ -35,6 +35,7 @@ a minute), the backlog is counted (``lag``) and uploaded in order once the store
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
@@ -383,7 +384,10 @@ class Archiver:
             self._list_before_uploads = True
             log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
                      self.url, previous.describe(), 2 * self.settings.check_seconds)
-        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR)
+        # a relay taken over from left its unfinished uploads (they can no longer commit); a relay
+        # (re)starting, those of its earlier runs
+        before = dt.datetime.now(dt.UTC) if previous is not None else None
+        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
         if aborted:
             log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
 

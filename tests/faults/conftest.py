@@ -48,6 +48,7 @@ PROXY_FAULTS_EACH = 100 if LONG else 10  # per kind and leg
 HOSTILE_CASES = 100_000 if LONG else 5_000
 ARCHIVE_KILLS = 200 if LONG else 10  # kill -9 while the archiver uploads
 STORE_DOWN_SECONDS = 180 if LONG else 10  # the archive's object store unreachable while ingest goes on
+WRITER_KILLS = 50 if LONG else 3  # kill -9 of the relay writing an archive another relay reads
 
 
 

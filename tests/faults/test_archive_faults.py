@@ -1,5 +1,6 @@
-"""The archive under faults (RELIABILITY.md): kill -9 of the relay while it uploads, and the object
-store unreachable for a while (minutes in the long run) while ingest goes on.  A real primary under
+"""The archive under faults (RELIABILITY.md): kill -9 of the relay while it uploads, kill -9 of the
+relay writing an archive another relay reads, and the object store unreachable for a while (minutes
+in the long run) while ingest goes on.  A real primary under
 write load, a real replica of the relay, and a real S3 API server (moto behind a proxy the test
 takes down, tests/support/s3.py).
 
@@ -18,11 +19,12 @@ from typing import Any
 
 from relay.archive.objects import META_SUFFIX, OBJECT_DIR, ArchivedFileReader, list_archive
 from relay.archive.store import ObjectStore, open_store
+from relay.sandbox.compare import copy_differences
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica
 from relay.storage.index import read_index
-from tests.faults.conftest import ARCHIVE_KILLS, DISK_MIB, STORE_DOWN_SECONDS, fill_disk
-from tests.integration.test_archive import archive_config
+from tests.faults.conftest import ARCHIVE_KILLS, DISK_MIB, STORE_DOWN_SECONDS, WRITER_KILLS, fill_disk
+from tests.integration.test_archive import _mariadb_binlog, archive_config, relay_holds_the_primarys_newest
 from tests.support.faults import SequenceLoad, converged_after_purges, metric
 from tests.support.s3 import S3Server
 
@@ -109,6 +111,70 @@ def test_kill9_while_uploading(mariadb_factory, fault_relay, fault_figures, s3_s
                            f"{checked} archived files decodes to the primary's bytes, no object without its meta, "
                            f"no multipart upload left, no local file purged before it was archived; {recovery}",
                   memory=f"peak RSS {relay.peak_rss_bytes() / 2**20:.1f} MiB")
+
+
+def _the_writer(relays: list[Any]) -> Any:
+    """The one relay that says it writes the archive (None while none does, or two think so)."""
+    writers = [relay for relay in relays if metric(relay, "binlog_relay_archive_writer") == 1]
+    return writers[0] if len(writers) == 1 else None
+
+
+def test_kill9_of_the_writer_of_a_shared_archive(mariadb_factory, fault_relay, fault_figures, s3_server, tmp_path):
+    """Two relays of one primary share an archive (archive.writer_lease 4 s): the one writing it is
+    killed while files wait for the archive, the other takes it over, the killed one comes back as a
+    reader.  Every closed file archived once and whole, nothing purged unarchived by either, each
+    relay serving the whole history as the primary wrote it."""
+    primary = mariadb_factory(server_id=1, extra_args=["--max-binlog-size=1048576"])
+    archive = {**archive_config(s3_server), "writer_lease": "4s"}
+    relays = [fault_relay(name, primary.port, archive=archive, storage={"retention": RETENTION}, server_id=server_id)
+              for name, server_id in (("a", 1001), ("b", 1002))]
+    replica = mariadb_factory(server_id=11)
+    attach_replica(replica, relays[0].port, log_file=FIRST_FILE, log_pos=4)
+    rng = random.Random(20261129)
+    takeovers: list[float] = []
+    with SequenceLoad(primary) as load:
+        load.wait_commits(50)
+        for cycle in range(WRITER_KILLS):
+            writer = wait_for(lambda: _the_writer(relays), 60, f"cycle {cycle}: no one relay writes the archive")
+            other = next(relay for relay in relays if relay is not writer)
+            wait_for(lambda writer=writer: (metric(writer, "binlog_relay_archive_lag_files") or 0) >= 1, 60,
+                     "no closed file waiting for the archive")
+            deadline = time.monotonic() + rng.uniform(0.0, 0.4)
+            wait_for(lambda deadline=deadline: time.monotonic() >= deadline, 5)
+            writer.kill9()
+            killed = time.monotonic()
+            wait_for(lambda other=other: metric(other, "binlog_relay_archive_writer") == 1, 60,
+                     f"cycle {cycle}: the other relay did not take the archive over")
+            takeovers.append(time.monotonic() - killed)
+            writer.start()
+            writer.wait_listening()
+        commits = load.stop()
+    recovery = converged_after_purges(primary, relays[0], [replica], commits)
+    wait_for(lambda: relay_holds_the_primarys_newest(relays[1], primary), 120, "relay b did not catch up")
+    wait_for(lambda: all(metric(relay, "binlog_relay_archive_lag_files") == 0 for relay in relays), 300,
+             "the archive did not catch up")
+    checked = _archive_matches_the_primary(primary, s3_server)
+    closed = len(primary.binlog_files()) - 1
+    assert checked == closed, f"{checked} files archived of the {closed} the primary closed"
+    everything = [primary.binlog_path(name) for name, _ in primary.binlog_files()]
+    for relay in relays:
+        _purged_only_once_archived(primary, relay, s3_server)
+        served = tmp_path / f"through-{relay.work_dir.name}"
+        run = _mariadb_binlog(relay.port, FIRST_FILE, served)
+        assert run.returncode == 0, run.stderr
+        assert not copy_differences(everything, served), f"relay {relay.work_dir.name} serves another history"
+        assert "Traceback" not in relay.log_text()
+    fault_figures("archive_writer_kill9",
+                  fault="kill -9 of the relay writing an archive another relay of the same primary reads "
+                        "(archive.writer_lease 4 s), while files wait for the archive, under write load, a replica "
+                        "attached, local retention purging on both",
+                  injected=f"{WRITER_KILLS} kills ({commits:,} transactions)",
+                  data_lost="0", diverged="0",
+                  recovery=f"kill to the other relay writing: median {statistics.median(takeovers):.1f} s (max "
+                           f"{max(takeovers):.1f}); every one of the {checked} archived files decodes to the "
+                           "primary's bytes, no object without its meta, no multipart upload left, neither relay "
+                           f"purged a file before it was archived, both serve the whole history; {recovery}",
+                  memory=f"peak RSS {max(relay.peak_rss_bytes() for relay in relays) / 2**20:.1f} MiB")
 
 
 def test_store_down_while_ingest_goes_on(mariadb_factory, fault_relay, fault_figures, s3_server):
