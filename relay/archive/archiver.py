@@ -67,7 +67,7 @@ from .objects import (
     delete_archived,
     differences_from_archived,
     list_archive,
-    read_file_start_gtids,
+    read_file_starts,
     upload,
 )
 from .owner import (
@@ -165,6 +165,8 @@ class Archiver:
         self._uploads_from = 0.0  # time.monotonic(): after taking the archive over, the relay replaced may still
         # be uploading the same files until its next check
         self._list_before_uploads = False  # after that wait, what it finished is listed before uploading
+        self._listed_at: float | None = None  # time.monotonic() of the last listing; None: none since connecting
+        self._listings = 0
 
     # ------------------------------------------------------------ what is archived
 
@@ -246,9 +248,7 @@ class Archiver:
             try:
                 if self.store is None:
                     await self._connect()
-                if self._uploading() and self._list_before_uploads and self.store is not None:
-                    await self._list(self.store)  # what the relay replaced finished
-                    self._list_before_uploads = False
+                await self._list_when_due()
                 for batch in self._batches(self._closed_to_upload() if self._uploading() else []):
                     await self._archive(batch)
                 if self._uploading():
@@ -262,16 +262,15 @@ class Archiver:
                 # The store is down, refuses us, or answered with damage: ingest and serving go on;
                 # retried after a back-off, the message told once per failure.
                 self.status.store_ok = False
-                self._lease.forget()  # an outage is no sign that the writer is gone
                 log.error("archive %s: %s; retrying in %.0f s", self.url, exc, self._backoff)
                 await trio.sleep(self._backoff)
                 self._backoff = min(MAX_BACKOFF, self._backoff * 2)
 
     async def _keep_looking_at_owner(self) -> None:
-        """The owner record looked at every check, apart from the uploads (a long batch must not let
-        the writer's lease lapse): the writer renews it; a reader lists the archive too."""
+        """The owner record looked at every check, apart from the uploads and the listings (a long
+        batch or a first listing of thousands of files must not let the writer's lease lapse, nor
+        keep a reader from seeing it lapse)."""
         failing = False
-        looks = 0
         while True:
             await trio.sleep(max(0.0, self._looked_at + self.settings.check_seconds - time.monotonic()))
             store = self.store
@@ -280,9 +279,6 @@ class Archiver:
                 continue
             try:
                 await self._look_at_owner(store)
-                if not self.status.writing:  # the writer's uploads, to serve and to purge by
-                    looks += 1
-                    await self._list(store, newer_only=looks % WHOLE_LISTING_EVERY != 0)
                 failing = False
             except ArchiveInUse:
                 pass  # refused: the archiving loop connects again and says why
@@ -299,15 +295,31 @@ class Archiver:
             await trio.to_thread.run_sync(store.check)
             self._relay_id = await trio.to_thread.run_sync(relay_id, Path(self.relay_log.data_dir))
             await self._look_at_owner(store)  # before the clean-up: another relay's uploads are not ours to abort
-            await self._list(store)
         except ArchiveInUse:
             raise  # counted as a failed claim
         except RelayError:
             self.status.failed("list")
             raise
         self.store = store
-        log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(self.files),
-                 len(self.pending()) if self.status.writing else 0)
+        self._listed_at = None  # the whole archive, before anything else
+
+    async def _list_when_due(self) -> None:
+        """The archive listed: whole after a connect, then by a reader every check (the files after
+        its newest; the whole archive every WHOLE_LISTING_EVERY), and by a relay that took the archive
+        over once its wait is done (what the relay replaced finished)."""
+        store = self.store
+        assert store is not None
+        first = self._listed_at is None
+        since = math.inf if self._listed_at is None else time.monotonic() - self._listed_at
+        reading_due = not self.status.writing and since >= self.settings.check_seconds
+        if not (first or reading_due or (self._uploading() and self._list_before_uploads)):
+            return
+        self._listings += 1
+        await self._list(store, newer_only=not first and self._listings % WHOLE_LISTING_EVERY != 0)
+        self._listed_at, self._list_before_uploads = time.monotonic(), False
+        if first:
+            log.info("archive %s: %d file(s) archived, %d to upload", self.url, len(self.files),
+                     len(self.pending()) if self.status.writing else 0)
 
     async def _list(self, store: ObjectStore, newer_only: bool = False) -> None:
         """The archive listed again (the metas of files known already are not fetched again);
@@ -315,15 +327,19 @@ class Archiver:
         seen at the next whole listing)."""
         known = dict(self.files)
         newer_than = max(known) if newer_only and known else None
-        listed = await trio.to_thread.run_sync(list_archive, store, known, newer_than)
+        try:
+            listed = await trio.to_thread.run_sync(list_archive, store, known, newer_than)
+            unread = [name for name, archived in listed.items() if archived.start_state is None]
+            starts = await trio.to_thread.run_sync(read_file_starts, store, unread, self.settings.keks)
+        except RelayError:
+            self.status.failed("list")
+            raise
         gone = set(known) - set(listed)
         if gone and self.status.writing:
             log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
                         "archived again if still stored", self.url, len(gone), min(gone))
-        for name, archived in sorted(listed.items()):
-            if archived.start_state is None:  # listed from the store: its first events are read once
-                start = await trio.to_thread.run_sync(read_file_start_gtids, store, name, self.settings.keks)
-                listed[name] = replace(archived, start_state=start.gtid_list, previous_gtids=start.previous_gtids)
+        for name, start in starts.items():  # listed from the store: its first events are read once
+            listed[name] = replace(listed[name], start_state=start.gtid_list, previous_gtids=start.previous_gtids)
         # uploaded meanwhile
         listed.update((name, archived) for name, archived in self.files.items() if name not in known)
         if listed != self.files:
@@ -331,7 +347,8 @@ class Archiver:
             self._catalog_changed.set()
 
     def _uploading(self) -> bool:
-        return self.status.writing and time.monotonic() >= self._uploads_from
+        """This relay writes the archive, has listed it since connecting, and waits for no relay it replaced."""
+        return self.status.writing and self._listed_at is not None and time.monotonic() >= self._uploads_from
 
     async def _look_at_owner(self, store: ObjectStore) -> None:
         """Who writes the archive (archive/owner.py), looked at on connect and every check: the

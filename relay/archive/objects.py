@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -458,6 +459,10 @@ def read_file_start_gtids(store: ObjectStore, name: str, keks: Iterable[Kek]) ->
 
 # ------------------------------------------------------------------------------------ listing
 
+# Metas and first frames fetched at once while listing: each is a round trip to the store, and a
+# relay that was down while another wrote the archive lists hundreds of new files at its start.
+LISTING_FETCHES = 8
+
 
 def listed_metas(store: ObjectStore, after: str | None = None) -> Iterator[tuple[str, ListedObject]]:
     """(file name, listing) of every meta document in the store, whether it parses or not; those
@@ -475,18 +480,38 @@ def list_archive(store: ObjectStore, known: dict[str, ArchivedFile] | None = Non
     thousand objects), and ``known`` is taken as the rest."""
     known = known or {}
     found: dict[str, ArchivedFile] = dict(known) if newer_than is not None else {}
+    new: list[tuple[str, ListedObject]] = []
     for name, listed in listed_metas(store, newer_than):
         if name in known:
             found[name] = known[name]
-            continue
-        try:
-            meta = read_meta(store, name)
-        except ArchiveDamaged as exc:
-            log.error("archive: %s; the file is treated as not archived", exc)
-            continue
-        when = listed.last_modified.timestamp() if listed.last_modified else 0.0
-        found[name] = ArchivedFile.of(meta, when)
+        else:
+            new.append((name, listed))
+    with ThreadPoolExecutor(max_workers=LISTING_FETCHES, thread_name_prefix="archive-list") as pool:
+        metas = pool.map(partial(_listed_meta, store), [name for name, _ in new])
+        for (name, listed), meta in zip(new, metas, strict=True):
+            if meta is not None:
+                when = listed.last_modified.timestamp() if listed.last_modified else 0.0
+                found[name] = ArchivedFile.of(meta, when)
     return found
+
+
+def _listed_meta(store: ObjectStore, name: str) -> ObjectMeta | None:
+    """A listed file's meta; None if it is damaged (the file is not archived) or gone since."""
+    try:
+        return read_meta(store, name)
+    except ArchiveDamaged as exc:
+        log.error("archive: %s; the file is treated as not archived", exc)
+    except ObjectMissing:
+        pass  # deleted by archive.retention since the listing
+    return None
+
+
+def read_file_starts(store: ObjectStore, names: Iterable[str], keks: Iterable[Kek]) -> dict[str, FileStartGtids]:
+    """read_file_start_gtids of each of ``names``, LISTING_FETCHES at once."""
+    keks = tuple(keks)
+    names = list(names)
+    with ThreadPoolExecutor(max_workers=LISTING_FETCHES, thread_name_prefix="archive-list") as pool:
+        return dict(zip(names, pool.map(lambda name: read_file_start_gtids(store, name, keks), names), strict=True))
 
 
 def delete_archived(store: ObjectStore, name: str) -> None:
