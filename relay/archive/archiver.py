@@ -95,6 +95,9 @@ MIN_BACKOFF, MAX_BACKOFF = 1.0, 60.0
 # that of one large upload.
 UPLOADS_AT_ONCE = 4
 BATCH_BYTES = 64 * MIB
+# Another relay's uploads compared with the local copies: at most this many a round, this many at once.
+COMPARE_BATCH = 32
+COMPARES_AT_ONCE = 4
 # A reader lists the files newer than its newest at each look (one request), and the whole archive
 # (a request per thousand objects) at every this many, to see archive.retention's deletions.
 WHOLE_LISTING_EVERY = 20
@@ -565,32 +568,47 @@ class Archiver:
     async def _compare_local(self) -> None:
         """Each stored closed file the archive holds but this relay did not upload is read back once
         and compared with the local copy: equal, it may leave the disk; other bytes (another history
-        under the same name) or an unreadable object, it stays and is served from here."""
+        under the same name) or an unreadable object, it stays and is served from here.  At most
+        COMPARE_BATCH files a round, COMPARES_AT_ONCE at a time (each is mostly the store's round
+        trips), so that a relay joining with a long local history still lists the archive meanwhile."""
         store = self.store
+        assert store is not None
         unchecked = [name for name in self.relay_log.files[:-1]
                      if name in self.files and name not in self._checked and name not in self._differs]
-        for name in unchecked:
-            assert store is not None
-            try:
-                difference = await trio.to_thread.run_sync(differences_from_archived, store, name,
-                                                           self.settings.keks, self.relay_log.path(name))
-            except ObjectMissing:
-                continue  # deleted by archive.retention meanwhile: the next listing drops it
-            except FileNotFoundError:
-                continue  # purged meanwhile (never for the archive's copy: it was not checked)
-            except ArchiveError as exc:
+        batch = unchecked[:COMPARE_BATCH]
+        if not batch:
+            return
+        outcomes = await trio.to_thread.run_sync(self._compare_batch, store, batch)
+        for name, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, (ObjectMissing, FileNotFoundError)):
+                continue  # left the archive (the next listing drops it) or purged meanwhile (not for the archive's)
+            if isinstance(outcome, ArchiveError):
                 self.status.failed("read")
-                if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
+                if isinstance(outcome, (ArchiveDamaged, ArchiveKeyError)):
                     self.status.damaged_reads += 1
-                difference = f"the archived copy cannot be read: {exc}"
-            if difference is None:
+                outcome = f"the archived copy cannot be read: {outcome}"
+            elif isinstance(outcome, BaseException):
+                raise outcome  # the store is down: the round is retried after a back-off
+            if outcome is None:
                 self._checked.add(name)
                 self._catalog_changed.set()
                 continue
             self._differs.add(name)
             self.status.failed("compare")
             log.error("archive: the archived %s is not this relay's copy (%s); the local copy stays and is served, "
-                      "never purged for the archive's", name, difference)
+                      "never purged for the archive's", name, outcome)
+
+    def _compare_batch(self, store: ObjectStore, names: list[str]) -> list[str | None | BaseException]:
+        """Blocking: differences_from_archived of each of ``names``, or what it raised."""
+
+        def one(name: str) -> str | None | BaseException:
+            try:
+                return differences_from_archived(store, name, self.settings.keks, self.relay_log.path(name))
+            except (RelayError, OSError) as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=COMPARES_AT_ONCE, thread_name_prefix="archive-compare") as pool:
+            return list(pool.map(one, names))
 
     async def _apply_retention(self) -> None:
         doomed = self.to_delete(time.time())
