@@ -459,10 +459,13 @@ class S3Store:
         """The objects whose names start with ``prefix``, in key order (paged as the store pages),
         from the first whose name sorts after ``start_after`` (if given)."""
         start = len(self.url.prefix)
+        paginator = self._client.get_paginator("list_objects_v2")
         try:
-            pages = self._client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.url.bucket, Prefix=self.url.prefix + prefix,
-                StartAfter=self.url.key(start_after) if start_after else "")
+            if start_after:  # (an empty start-after is not sent: not every S3-compatible store ignores it)
+                pages = paginator.paginate(Bucket=self.url.bucket, Prefix=self.url.prefix + prefix,
+                                           StartAfter=self.url.key(start_after))
+            else:
+                pages = paginator.paginate(Bucket=self.url.bucket, Prefix=self.url.prefix + prefix)
             for page in pages:
                 for item in page.get("Contents", ()):
                     yield ListedObject(item["Key"][start:], int(item["Size"]), item.get("ETag", ""),
