@@ -73,6 +73,7 @@ from .objects import (
 from .owner import (
     CHECKS_PER_LEASE,
     DEFAULT_WRITER_LEASE,
+    OWNER_KEY,
     ArchiveInUse,
     LeaseWatch,
     Owner,
@@ -404,9 +405,13 @@ class Archiver:
             self._list_before_uploads = True
             log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
                      self.url, previous.describe(), 2 * self.settings.check_seconds)
-        # a relay taken over from left its unfinished uploads (they can no longer commit); a relay
-        # (re)starting, those of its earlier runs
-        before = dt.datetime.now(dt.UTC) if previous is not None else None
+        # a relay taken over from left its unfinished uploads (they can no longer commit): those begun
+        # before the record this relay just wrote, by the store's clock; a relay (re)starting, those of
+        # its earlier runs
+        before: dt.datetime | None = None
+        if previous is not None:
+            written = await trio.to_thread.run_sync(store.head, OWNER_KEY)
+            before = (written.last_modified if written is not None else None) or dt.datetime.now(dt.UTC)
         aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
         if aborted:
             log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
