@@ -234,8 +234,7 @@ class Archiver:
 
     def _local_checked(self) -> frozenset[str]:
         """The checked names still stored (a purged file's is of no more use)."""
-        self._checked &= set(self.relay_log.files)
-        return frozenset(self._checked)
+        return frozenset(self._checked.intersection(self.relay_log.files))
 
     def _write_catalog(self, files: dict[str, ArchivedFile], checked: frozenset[str]) -> OSError | None:
         """Blocking: the copy written (None), or why not (the store lists them: it is only a copy)."""
