@@ -29,9 +29,9 @@ from tests.support.mariadb import (  # noqa: E402 - needs the sys.path line abov
 )
 from tests.support.ports import worker_slice  # noqa: E402 - needs the sys.path line above
 
-# relay_factory (a started relay child per test, stopped at teardown) and the S3 API server (moto,
-# on a loopback port) for every test directory
-pytest_plugins = ["tests.support.replication", "tests.support.s3"]
+# relay_factory (a started relay child per test, stopped at teardown), the S3 API server (moto,
+# on a loopback port) and a relay host's clock set wrong (skewed_clock) for every test directory
+pytest_plugins = ["tests.support.replication", "tests.support.s3", "tests.support.clock"]
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
 

@@ -35,7 +35,6 @@ a minute), the backlog is counted (``lag``) and uploaded in order once the store
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import math
@@ -73,7 +72,6 @@ from .objects import (
 from .owner import (
     CHECKS_PER_LEASE,
     DEFAULT_WRITER_LEASE,
-    OWNER_KEY,
     ArchiveInUse,
     LeaseWatch,
     Owner,
@@ -81,6 +79,7 @@ from .owner import (
     check_same_history,
     claim,
     read_owner,
+    record_written_before,
     relay_id,
 )
 from .store import ObjectMissing, ObjectStore, StoreConfig, open_store
@@ -397,6 +396,14 @@ class Archiver:
         self._told_reading = True
 
     async def _writing(self, store: ObjectStore, previous: Owner | None) -> None:
+        # The uploads nobody can commit any more are aborted first, before this relay begins its own:
+        # those begun before the record it has just written, by the store's clock (this host's may be
+        # minutes off it: behind, it left a dead relay's upload in place).  After a takeover they are
+        # the replaced relay's; on a (re)start, its own earlier runs'.
+        before = await trio.to_thread.run_sync(record_written_before, store)
+        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
+        if aborted:
+            log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
         self.status.writing, self._told_reading = True, False
         if previous is not None:
             # the relay replaced may still be uploading the files this one would: it learns within a check
@@ -404,16 +411,6 @@ class Archiver:
             self._list_before_uploads = True
             log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
                      self.url, previous.describe(), 2 * self.settings.check_seconds)
-        # a relay taken over from left its unfinished uploads (they can no longer commit): those begun
-        # before the record this relay just wrote, by the store's clock; a relay (re)starting, those of
-        # its earlier runs
-        before: dt.datetime | None = None
-        if previous is not None:
-            written = await trio.to_thread.run_sync(store.head, OWNER_KEY)
-            before = (written.last_modified if written is not None else None) or dt.datetime.now(dt.UTC)
-        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
-        if aborted:
-            log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
 
     def _refused(self) -> None:
         """Another primary's archive: nothing written, nothing read (ArchiveInUse raised on)."""
@@ -813,7 +810,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                                "archive uploads to it (if that relay is gone for good, start this one: it takes "
                                f"the archive over once that relay has been silent for {settings.writer_lease:.0f} s "
                                "and uploads its backlog)") from None
-        store.abort_stale_uploads(OBJECT_DIR)
+        store.abort_stale_uploads(OBJECT_DIR, record_written_before(store))
         archived = list_archive(store, load_catalog(data_dir, url))
         checked = load_checked(data_dir, url)
         stored = read_index(data_dir)

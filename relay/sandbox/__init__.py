@@ -8,6 +8,7 @@
     client.py        the relay's own sans-IO client on a blocking socket (queries, raw dumps)
     binlogfiles.py   binlog files read by their event headers only
     s3.py            MotoServer: a throw-away S3 API server (moto) on loopback, for the archive
+    motoserver.py    moto's server as s3.py runs it (dies with its parent, real upload starts)
     polling.py, ports.py, procfs.py, errors.py: waiting with a deadline, free loopback ports,
                      /proc figures, the errors of this package
     demo.py          ``binlog-relay demo``

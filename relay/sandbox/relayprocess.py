@@ -81,9 +81,10 @@ class RelayProcess:
     run's output, appended) and the data_dir the config names.  start() does not wait (a test may
     expect the relay to refuse to start); wait_listening() does."""
 
-    def __init__(self, work_dir: Path, config: dict[str, Any]) -> None:
+    def __init__(self, work_dir: Path, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
         self.work_dir = Path(work_dir)
         self.config = config
+        self.env = dict(env or {})  # added to the child's environment (a test's skewed clock, say)
         self.data_dir = Path(config["data_dir"])
         self.config_path = self.work_dir / "relay.yaml"
         self.log_path = self.work_dir / "relay.log"
@@ -123,7 +124,7 @@ class RelayProcess:
         self.config_path.write_text(json.dumps(self.config, indent=2) + "\n")
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": f"{PACKAGE_ROOT}{os.pathsep + path if path else ''}"}
+               "PYTHONPATH": f"{PACKAGE_ROOT}{os.pathsep + path if path else ''}", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "relay.cli", "run", "--config", str(self.config_path)],
@@ -230,14 +231,16 @@ class RelayProcess:
 
 
 def start_relay(work_dir: Path, upstream_port: int, *, metrics_port: int | None = None,
-                data_dir: Path | str | None = None, **overrides: Any) -> RelayProcess:
+                data_dir: Path | str | None = None, env: dict[str, str] | None = None,
+                **overrides: Any) -> RelayProcess:
     """A relay child in work_dir (relay.yaml, relay.log, and data/ unless data_dir is given) replicating
     from 127.0.0.1:upstream_port, listening for replicas when returned; with metrics_port, its HTTP
-    endpoint is on that port and answering.  overrides as relay_config takes them."""
+    endpoint is on that port and answering; ``env`` added to its environment.  overrides as
+    relay_config takes them."""
     if metrics_port is not None:
         overrides["metrics"] = {**overrides.get("metrics", {}), "host": LOOPBACK, "port": metrics_port}
     data = Path(data_dir) if data_dir is not None else Path(work_dir) / "data"
-    relay = RelayProcess(work_dir, relay_config(data, upstream_port, **overrides))
+    relay = RelayProcess(work_dir, relay_config(data, upstream_port, **overrides), env)
     relay.start()
     try:
         relay.wait_listening()

@@ -10,8 +10,8 @@ benchmark and tests (moto is in the test and bench extras; the relay itself neve
 moto keeps everything in memory, and until something switches its IAM authentication on
 (``/moto-api/reset-auth``, tests/support/s3.py) it accepts any key and unsigned requests, so the
 bucket is made here with a plain HTTP PUT: nothing beyond the standard library is imported.  The
-server runs with PR_SET_PDEATHSIG: it dies with the process that started it even when that one is
-killed and no clean-up runs.
+server runs as relay/sandbox/motoserver.py starts it: it dies with the process that started it even
+when that one is killed and no clean-up runs, and tells the real start of a multipart upload.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from .ports import LOOPBACK, free_port
 REGION = "us-east-1"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-# prctl(PR_SET_PDEATHSIG = 1, SIGKILL): the kernel SIGKILLs moto when its parent exits.
-LAUNCHER = ("import ctypes, runpy, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-            "sys.argv = ['moto_server'] + sys.argv[1:]; runpy.run_module('moto.server', run_name='__main__')")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds relay/, for motoserver.py
 
 
 class MotoError(SandboxError):
@@ -100,8 +98,9 @@ def start_moto_server(log_path: Path, *, extra_args: Sequence[str] = (), ssl_con
     ``ssl_context`` that trusts it)."""
     port = free_port()
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", LAUNCHER, "-H", LOOPBACK, "-p", str(port), *extra_args],
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen([sys.executable, "-m", "relay.sandbox.motoserver", "-H", LOOPBACK, "-p", str(port),
+                                    *extra_args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   cwd=PACKAGE_ROOT)
     server = MotoServer(process, port, Path(log_path), ssl_context)
     try:
         wait_for(server.answers, timeout, f"moto server on port {port} answering", ignore=(OSError,))

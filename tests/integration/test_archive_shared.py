@@ -1,15 +1,16 @@
 """Relays of one primary sharing one archive (relay/archive/owner.py), with a real primary and a real
 S3 API server: one writes it, the others read it (serve what it archived, purge a local file only
 once the archive's copy equals their own, upload nothing); once the writer has been silent for a
-lease a reader takes the archive over, and the old writer, back, reads it.  A local file whose
-archived copy is other bytes stays on the disk and is served from there."""
+lease a reader takes the archive over, and the old writer, back, reads it; none of it depends on
+the hosts' clocks agreeing.  A local file whose archived copy is other bytes stays on the disk and
+is served from there."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from relay.archive.objects import ArchivedFileReader, list_archive, upload
+from relay.archive.objects import ArchivedFileReader, list_archive, object_key, upload
 from relay.archive.owner import read_owner, relay_id
 from relay.archive.store import open_store
 from relay.sandbox.compare import copy_differences
@@ -26,6 +27,7 @@ from tests.support.faults import metric
 from tests.support.s3 import S3Server
 
 LEASE = 4  # seconds (the least allowed): the writer renews every second
+SKEW = 300  # seconds between a host's clock and the store's: within S3's 15 minutes for a request's date
 PURGE_ALL_BUT_TWO = {"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}}
 
 
@@ -159,3 +161,58 @@ def test_a_relay_stood_up_from_the_archive_reads_it_while_its_writer_lives(maria
     assert metric(writer, "binlog_relay_archive_writer") == 1
     assert read_owner(store).relay_id == relay_id(writer.data_dir)
     assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+
+
+def _unfinished_upload(s3: S3Server, name: str) -> str:
+    """A multipart upload of ``name``'s object begun and never completed, as a relay killed while it
+    uploads leaves one; its id."""
+    started = s3.client().create_multipart_upload(Bucket=s3.bucket, Key=f"relay/{object_key(name)}")
+    return str(started["UploadId"])
+
+
+def _unfinished_upload_ids(s3: S3Server) -> list[str]:
+    return [upload["UploadId"] for upload in s3.incomplete_uploads()]
+
+
+def test_relays_whose_clocks_are_wrong_share_an_archive(mariadb_factory, relay_factory, s3_server, skewed_clock):
+    """The writer's host clock five minutes ahead of the store's, the reader's five minutes behind:
+    the lease is told from changes of the record, not from its times, and the uploads a dead relay
+    left are told by the store's clock.  The reader takes nothing over while the writer renews,
+    takes the archive over once it dies and aborts the upload it left, then aborts its own dead
+    run's upload when it restarts."""
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001, env=skewed_clock(SKEW))
+    wait_for(lambda: metric(writer, "binlog_relay_archive_writer") == 1, 30, "the first relay does not write")
+    reader = _relay(relay_factory, "reader", primary, s3_server, 1002, env=skewed_clock(-SKEW))
+    wait_for(lambda: "this relay reads it" in reader.log_text(), 30, "the second relay was not told who writes")
+    store = open_store(s3_server.store_config(prefix="relay"))
+    assert read_owner(store).renewed > time.time() + SKEW - 60, "the writer's clock is not ahead"
+    write_files(primary, 2)
+    wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(_closed(primary)), 60,
+             "the reader did not list what the writer archived")
+    renewals_from = read_owner(store).renewed
+    wait_for(lambda: read_owner(store).renewed > renewals_from + 2 * LEASE, 30, "the writer did not renew its record")
+    assert metric(reader, "binlog_relay_archive_writer") == 0, "the reader took over from a writer that renews"
+    assert read_owner(store).relay_id == relay_id(writer.data_dir)
+
+    # The writer dies in the middle of an upload: the reader writes once the lease lapses, and the
+    # upload, begun before it took over by the store's clock (after it, by the reader's), goes.
+    left = _unfinished_upload(s3_server, primary.binlog_files()[-1][0])
+    writer.kill9()
+    wait_for(lambda: metric(reader, "binlog_relay_archive_writer") == 1, 30, "the reader did not take the archive over")
+    assert read_owner(store).renewed < time.time() - SKEW + 60, "the reader's clock is not behind"
+    wait_for(lambda: left not in _unfinished_upload_ids(s3_server), 30, "the dead writer's upload was left in place")
+
+    # The new writer dies in the middle of an upload, and restarts: it aborts its dead run's upload.
+    left = _unfinished_upload(s3_server, primary.binlog_files()[-1][0])
+    reader.kill9()
+    reader.start()
+    reader.wait_listening()
+    wait_for(lambda: metric(reader, "binlog_relay_archive_writer") == 1, 30, "the restarted relay does not write")
+    wait_for(lambda: left not in _unfinished_upload_ids(s3_server), 30, "the relay left its dead run's upload")
+    write_files(primary, 1, table="after")
+    closed = _closed(primary)
+    wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(closed)
+             and metric(reader, "binlog_relay_archive_lag_files") == 0, 60, "the restarted writer did not archive on")
+    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert not _unfinished_upload_ids(s3_server)

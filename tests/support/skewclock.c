@@ -1,0 +1,52 @@
+/* A host clock set wrong, for tests: LD_PRELOAD'ed into a relay child, it moves the wall clock
+   (CLOCK_REALTIME, gettimeofday, time) by SKEWCLOCK_SECONDS and leaves the monotonic clocks, which
+   every timeout and sleep uses, alone.  Debian's libfaketime 0.9.10 cannot stand in for it: with
+   Python 3.11 its timed condition waits hang, or its sleeps fail with EINVAL. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+
+static long skew_seconds(void) {
+    static int read_yet;
+    static long seconds;
+    if (!read_yet) {
+        const char *text = getenv("SKEWCLOCK_SECONDS");
+        seconds = text ? strtol(text, NULL, 10) : 0;
+        read_yet = 1;
+    }
+    return seconds;
+}
+
+static int is_wall(clockid_t clock) {
+    return clock == CLOCK_REALTIME || clock == CLOCK_REALTIME_COARSE || clock == CLOCK_TAI;
+}
+
+int clock_gettime(clockid_t clock, struct timespec *now) {
+    static int (*real)(clockid_t, struct timespec *);
+    if (!real)
+        real = (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    int result = real(clock, now);
+    if (result == 0 && is_wall(clock))
+        now->tv_sec += skew_seconds();
+    return result;
+}
+
+int gettimeofday(struct timeval *restrict now, void *restrict zone) {
+    static int (*real)(struct timeval *restrict, void *restrict);
+    if (!real)
+        real = (int (*)(struct timeval *restrict, void *restrict))dlsym(RTLD_NEXT, "gettimeofday");
+    int result = real(now, zone);
+    if (result == 0 && now)
+        now->tv_sec += skew_seconds();
+    return result;
+}
+
+time_t time(time_t *out) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (out)
+        *out = now.tv_sec;
+    return now.tv_sec;
+}
