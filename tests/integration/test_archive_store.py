@@ -7,6 +7,7 @@ retryable error within seconds."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import os
 import signal
@@ -284,6 +285,19 @@ def test_a_killed_multipart_upload_leaves_no_object(s3_server: S3Server) -> None
     assert restarted.abort_stale_uploads() == 1
     assert s3_server.incomplete_uploads() == []
     assert restarted.abort_stale_uploads() == 0
+
+
+def test_clean_up_leaves_the_uploads_begun_since_its_cutoff(s3_server: S3Server) -> None:
+    """Only the uploads begun before the cutoff, by the store's clock, are aborted."""
+    store = S3Store(s3_server.store_config())
+    begun = s3_server.client().create_multipart_upload(Bucket=s3_server.bucket, Key="archive/x")["UploadId"]
+    initiated = s3_server.incomplete_uploads()[0]["Initiated"]
+    # as S3 does (moto alone gives 2010-11-10 to every upload: relay/sandbox/motoserver.py)
+    assert abs(initiated - dt.datetime.now(dt.UTC)) < dt.timedelta(minutes=1), "not the upload's real start"
+    assert store.abort_stale_uploads(initiated_before=initiated) == 0
+    assert [upload["UploadId"] for upload in s3_server.incomplete_uploads()] == [begun]
+    assert store.abort_stale_uploads(initiated_before=initiated + dt.timedelta(seconds=1)) == 1
+    assert s3_server.incomplete_uploads() == []
 
 
 def test_clean_up_stays_in_its_prefix(s3_server: S3Server) -> None:
