@@ -160,7 +160,8 @@ def test_kill9_of_the_writer_of_a_shared_archive(mariadb_factory, fault_relay, f
     for relay in relays:
         _purged_only_once_archived(primary, relay, s3_server)
         served = tmp_path / f"through-{relay.work_dir.name}"
-        run = _mariadb_binlog(relay.port, FIRST_FILE, served)
+        # each archived file fetched back for the dump: a long run's 4,800 took 110-130 s
+        run = _mariadb_binlog(relay.port, FIRST_FILE, served, timeout=max(120.0, 0.1 * len(everything)))
         assert run.returncode == 0, run.stderr
         assert not copy_differences(everything, served), f"relay {relay.work_dir.name} serves another history"
         assert "Traceback" not in relay.log_text()

@@ -236,11 +236,11 @@ def relay_sql(relay: Any, query: str) -> list[tuple[Any, ...]]:
         conn.close()
 
 
-def _mariadb_binlog(port: int, first: str, out: Path) -> subprocess.CompletedProcess[str]:
+def _mariadb_binlog(port: int, first: str, out: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True, exist_ok=True)
     return subprocess.run(["mariadb-binlog", "--no-defaults", "--read-from-remote-server", "--raw", "--host", LOOPBACK,
                            "--port", str(port), "--user", REPL_USER, f"--password={REPL_PASSWORD}", "--to-last-log",
-                           f"--result-file={out}/", first], capture_output=True, text=True, timeout=120)
+                           f"--result-file={out}/", first], capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
