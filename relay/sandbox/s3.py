@@ -28,11 +28,11 @@ from pathlib import Path
 from .errors import SandboxError, WaitTimeout, file_tail
 from .polling import wait_for
 from .ports import LOOPBACK, free_port
+from .relayprocess import PACKAGE_ROOT
 
 REGION = "us-east-1"
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds relay/, for motoserver.py
 
 
 class MotoError(SandboxError):
