@@ -396,21 +396,22 @@ class Archiver:
         self._told_reading = True
 
     async def _writing(self, store: ObjectStore, previous: Owner | None) -> None:
-        # The uploads nobody can commit any more are aborted first, before this relay begins its own:
-        # those begun before the record it has just written, by the store's clock (this host's may be
-        # minutes off it: behind, it left a dead relay's upload in place).  After a takeover they are
-        # the replaced relay's; on a (re)start, its own earlier runs'.
+        if previous is not None:
+            # the relay replaced may still be uploading the files this one would: it learns within a
+            # check (set first: if the clean-up below fails, the next look claims with no "previous")
+            self._uploads_from = time.monotonic() + 2 * self.settings.check_seconds
+            self._list_before_uploads = True
+            log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
+                     self.url, previous.describe(), 2 * self.settings.check_seconds)
+        # The uploads nobody can commit any more are aborted before this relay counts as writing (so
+        # before any upload of its own): those begun before the record it has just written, by the
+        # store's clock (this host's may be minutes off it: behind, it left a dead relay's upload in
+        # place).  After a takeover they are the replaced relay's; on a (re)start, its own earlier runs'.
         before = await trio.to_thread.run_sync(record_written_before, store)
         aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
         if aborted:
             log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
         self.status.writing, self._told_reading = True, False
-        if previous is not None:
-            # the relay replaced may still be uploading the files this one would: it learns within a check
-            self._uploads_from = time.monotonic() + 2 * self.settings.check_seconds
-            self._list_before_uploads = True
-            log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
-                     self.url, previous.describe(), 2 * self.settings.check_seconds)
 
     def _refused(self) -> None:
         """Another primary's archive: nothing written, nothing read (ArchiveInUse raised on)."""
