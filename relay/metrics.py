@@ -56,6 +56,10 @@ class RelayCollector(Collector):
         yield _gauge("archive_files", "Files in the archive", len(archiver.files))
         yield _gauge("archive_store_up", "1 while the archive's object store answered the archiver's last round",
                      int(status.store_ok))
+        offset = archiver.clock.offset()
+        yield _gauge("archive_store_clock_offset_seconds", "The object store's clock minus this host's, from the Date "
+                     "of its last answer, to about a second (S3 refuses requests more than 900 s off; NaN before "
+                     "its first answer)", math.nan if offset is None else offset)
         yield _gauge("archive_writer", "1 while this relay writes the archive, 0 while it reads one another relay "
                      "of its primary writes", int(status.writing))
         yield _counter("archive_uploaded_files", "Files uploaded to the archive and verified there",

@@ -83,6 +83,7 @@ from .owner import (
     relay_id,
 )
 from .store import ObjectMissing, ObjectStore, StoreConfig, open_store
+from .storeclock import StoreClock
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Archiver:
         self.status = ArchiveStatus()
         self._open_store = open_store_for
         self.store: ObjectStore | None = None
+        self.clock = StoreClock()  # the store's against this host's, from its answers: /metrics, retention
         self.url = str(settings.store.url)
         self.files: dict[str, ArchivedFile] = self._load_catalog()
         self._catalogued = frozenset(self.files)  # the names archive.json lists as last written
@@ -294,6 +296,7 @@ class Archiver:
     async def _connect(self) -> None:
         try:
             store = await trio.to_thread.run_sync(self._open_store, self.settings.store)
+            self.clock = store.clock  # a store that refuses us still tells its time
             await trio.to_thread.run_sync(store.check)
             self._relay_id = await trio.to_thread.run_sync(relay_id, Path(self.relay_log.data_dir))
             await self._look_at_owner(store)  # before the clean-up: another relay's uploads are not ours to abort
@@ -613,7 +616,7 @@ class Archiver:
             return list(pool.map(one, names))
 
     async def _apply_retention(self) -> None:
-        doomed = self.to_delete(time.time())
+        doomed = self.to_delete(self.clock.now())  # the files' times are the store's: Last-Modified, or as above
         store = self.store
         for name in doomed:
             assert store is not None

@@ -15,7 +15,6 @@ the archive is therefore a listing of the metas.
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import logging
 import os
 import threading
@@ -167,7 +166,8 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     store.put(meta_key(name), [meta.to_json()])
     with open(path, "rb") as stream:
         head = stream.read(START_READ)
-    return ArchivedFile.of(meta, dt.datetime.now(dt.UTC).timestamp(), file_start_gtids(head))
+    # by the store's clock, as a listed file's Last-Modified: archive.retention compares them
+    return ArchivedFile.of(meta, store.clock.now(), file_start_gtids(head))
 
 
 def verify_upload(store: ObjectStore, meta: ObjectMeta, sent: PutResult, keks: Iterable[Kek],

@@ -19,8 +19,9 @@ threads all the same.  Only this module knows which library it is.
 
 Errors, by what the caller should do: ``StoreUnavailable`` (a ``RetryableError``: the store is
 unreachable, slow, overloaded or answered 5xx; try again later), ``StoreAccessError`` (a
-``FatalError``: credentials refused, access denied, no such bucket, TLS verification failed; an
-operator must act), ``ObjectMissing`` (a ``Refusal``: the key is not there).  No message ever holds a
+``FatalError``: credentials refused, access denied, no such bucket, TLS verification failed, or
+``StoreClockSkewed``, this host's clock too far off the store's; an operator must act),
+``ObjectMissing`` (a ``Refusal``: the key is not there).  No message ever holds a
 secret: they are built from the store's error code and text, and scrubbed of the credentials.
 
 An access key given as files is read again every KEY_FILES_REREAD_SECONDS, so a key rotated in
@@ -36,8 +37,10 @@ import datetime as dt
 import itertools
 import logging
 import re
+import threading
+import time
 import zlib
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,7 @@ import botocore.exceptions
 import botocore.session
 
 from ..errors import FatalError, InputError, Refusal, RelayError, RetryableError
+from .storeclock import S3_MAX_SKEW_SECONDS, StoreClock, describe_offset, skew_from_error
 
 if TYPE_CHECKING:  # boto3-stubs[s3], for the type checker only
     from mypy_boto3_s3 import S3Client
@@ -86,6 +90,10 @@ class StoreUnavailable(RetryableError):
 
 class StoreAccessError(FatalError):
     """The object store refuses us (credentials, permissions, bucket, TLS): an operator must act."""
+
+
+class StoreClockSkewed(StoreAccessError):
+    """The store refuses requests dated so far from its own clock: this host's clock must be set right."""
 
 
 class ObjectMissing(Refusal):
@@ -203,6 +211,8 @@ class ObjectStore(Protocol):
     def delete(self, name: str) -> None: ...
     def abort_stale_uploads(self, under: str = "", initiated_before: dt.datetime | None = None) -> int: ...
     def check(self) -> None: ...
+    @property
+    def clock(self) -> StoreClock: ...
 
 
 # ------------------------------------------------------------------------------ boto3
@@ -310,6 +320,22 @@ class S3Store:
         verify: bool | str = str(config.ca_bundle) if config.ca_bundle is not None else config.verify_tls
         self._client: S3Client = session.client("s3", endpoint_url=config.endpoint_url, verify=verify,
                                                 config=client_config)
+        self._clock = StoreClock()
+        self._client.meta.events.register("after-call.s3", self._answered)  # errors' answers too
+        # (key, upload id) of the multipart uploads whose abort failed (the store went away mid-upload):
+        # aborted before the next upload, so a relay that runs on does not leave them until a restart
+        self._left_uploads: set[tuple[str, str]] = set()
+        self._left_lock = threading.Lock()
+
+    @property
+    def clock(self) -> StoreClock:
+        """The store's clock against this host's, as its last answer's Date told."""
+        return self._clock
+
+    def _answered(self, http_response: object = None, **_: object) -> None:
+        headers = getattr(http_response, "headers", None)
+        if headers is not None:
+            self._clock.observe(headers.get("Date"), time.monotonic())
 
     def __repr__(self) -> str:
         return f"S3Store({self.where})"
@@ -331,9 +357,11 @@ class S3Store:
         """Store the concatenation of ``chunks`` at ``name``, holding at most about two parts in
         memory; a chunk is kept as given until its part is cut (copied once, then), so a caller
         must not change a buffer it has handed over.  Above ``multipart_threshold`` bytes it is a
-        multipart upload, aborted if anything fails here; if the process dies instead, the
+        multipart upload, aborted if anything fails here (if the store is gone by then, before the
+        next upload); if the process dies instead, the
         incomplete upload stays until ``abort_stale_uploads``, and the key shows no object (or
         still the previous one)."""
+        self._abort_left_uploads()
         key = self.url.key(name)
         source = iter(chunks)
         held: list[bytes | bytearray | memoryview] = []
@@ -379,13 +407,32 @@ class S3Store:
             try:
                 self._client.abort_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id)
             except _BOTO_ERRORS:
-                pass  # abort_stale_uploads at the next start cleans up
+                with self._left_lock:
+                    self._left_uploads.add((key, upload_id))
             if isinstance(exc, _BOTO_ERRORS):
                 raise self._error(exc, "uploading", name) from None
             raise  # the source's own error (reading the file, the writer), or the relay's
         finally:
             parts.close()
         return PutResult(name, parts.size, answer.get("ETag", ""), len(parts.sent), parts.crc32, parts.checksums())
+
+    def _abort_left_uploads(self) -> None:
+        """The uploads whose abort failed, aborted now if the store answers (one that does not stops
+        the round: the upload about to begin will fail the same way)."""
+        with self._left_lock:
+            left = sorted(self._left_uploads)
+        for key, upload_id in left:
+            try:
+                self._client.abort_multipart_upload(Bucket=self.url.bucket, Key=key, UploadId=upload_id)
+            except botocore.exceptions.ClientError as exc:
+                if _code(exc) != "NoSuchUpload":  # refused: tried again before the next upload
+                    return
+                # NoSuchUpload: another relay's clean-up aborted it already
+            except _BOTO_ERRORS:
+                return
+            with self._left_lock:
+                self._left_uploads.discard((key, upload_id))
+            log.info("archive: the unfinished upload of %s left by a failed upload is aborted", key)
 
     def get(self, name: str) -> bytes:
         """The whole object; ObjectMissing when there is none."""
@@ -525,6 +572,11 @@ class S3Store:
                 return ObjectMissing(f"{what}: no such object")
             if code in _NO_BUCKET:
                 return StoreAccessError(f"{what}: bucket '{self.url.bucket}' does not exist ({said})")
+            skewed = self._skew(code, error)
+            if skewed is not None:
+                return StoreClockSkewed(f"{what}: refused, {skewed}: S3 refuses a request dated more than "
+                                        f"{S3_MAX_SKEW_SECONDS / 60:.0f} minutes off its own clock; set this host's "
+                                        f"clock right (NTP), the archive goes on by itself once it is ({said})")
             if code in _ACCESS or status in (401, 403):
                 return StoreAccessError(f"{what}: refused, check the credentials and the bucket's permissions "
                                         f"({said})")
@@ -540,6 +592,20 @@ class S3Store:
         if isinstance(exc, _UNREACHABLE):
             return StoreUnavailable(f"{what}: the store is unreachable ({self._secrets.scrub(str(exc))}); {_LATER}")
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {self._secrets.scrub(str(exc))}; {_LATER}")
+
+
+    def _skew(self, code: str, error: Mapping[str, object]) -> str | None:
+        """How far off this host's clock is, if that is why the store refused: it says so
+        (RequestTimeTooSkewed, with both times), or it answered without a body (a HEAD's 403) while
+        the clocks are further apart than S3 allows."""
+        if code == "RequestTimeTooSkewed":
+            offset = skew_from_error(error)
+            return describe_offset(offset) if offset is not None else self._clock.describe() or \
+                "this host's clock is too far off the store's"
+        offset = self._clock.offset()
+        if code in ("403", "Forbidden") and offset is not None and abs(offset) > S3_MAX_SKEW_SECONDS:
+            return describe_offset(offset)
+        return None
 
 
 def _parts(source: Iterator[bytes | bytearray | memoryview], part_size: int) -> Iterator[bytes]:

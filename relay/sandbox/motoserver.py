@@ -1,7 +1,11 @@
 """moto's S3 server as the sandbox runs it: ``python -m relay.sandbox.motoserver [moto_server's options]``.
 
-Two things beyond ``moto_server`` itself:
+Three things beyond ``moto_server`` itself:
 - it dies with the process that started it (PR_SET_PDEATHSIG), even one killed with no clean-up;
+- it refuses a request signed with a date more than 15 minutes off its own clock, with S3's
+  answer (HTTP 403 RequestTimeTooSkewed, its RequestTime, ServerTime and
+  MaxAllowedSkewMilliseconds; no body to a HEAD).  moto checks no date, so a relay whose clock
+  drifted would archive happily here and not at all on S3;
 - ListMultipartUploads gives each upload's real start (``Initiated``), as S3 does.  moto 5 gives
   the same 2010-11-10T20:48:33Z for every upload, so every cutoff a relay compares uploads with
   (which ones a dead relay left, relay/archive/store.py abort_stale_uploads) takes them all, and a
@@ -15,9 +19,15 @@ import datetime as dt
 import runpy
 import signal
 import sys
+import uuid
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+MAX_SKEW = dt.timedelta(minutes=15)  # S3's
+SKEWED = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>RequestTimeTooSkewed</Code><Message>The "
+          "difference between the request time and the current time is too large.</Message><RequestTime>{request}"
+          "</RequestTime><ServerTime>{server}</ServerTime><MaxAllowedSkewMilliseconds>900000"
+          "</MaxAllowedSkewMilliseconds><RequestId>{request_id}</RequestId><HostId>motoserver</HostId></Error>")
 
 
 def _report_real_starts() -> None:
@@ -52,8 +62,33 @@ def _report_real_starts() -> None:
     responses.S3Response.serialized = with_real_starts  # type: ignore[method-assign]
 
 
+def _refuse_skewed_requests() -> None:
+    """Every request's X-Amz-Date (SigV4's signing time) checked against this host's clock first."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    dispatch = DomainDispatcherApplication.__call__
+
+    def checked(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        signed = environ.get("HTTP_X_AMZ_DATE", "")
+        now = dt.datetime.now(dt.UTC)
+        try:
+            when = dt.datetime.strptime(signed, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+        except ValueError:
+            return dispatch(self, environ, start_response)  # unsigned, or signed another way: moto's business
+        if abs(now - when) <= MAX_SKEW:
+            return dispatch(self, environ, start_response)
+        body = b"" if environ.get("REQUEST_METHOD") == "HEAD" else SKEWED.format(
+            request=signed, server=now.strftime("%Y-%m-%dT%H:%M:%SZ"), request_id=uuid.uuid4().hex[:16].upper()
+        ).encode()
+        start_response("403 Forbidden", [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    DomainDispatcherApplication.__call__ = checked  # type: ignore[method-assign]
+
+
 def main() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _refuse_skewed_requests()
     _report_real_starts()
     sys.argv = ["moto_server", *sys.argv[1:]]
     runpy.run_module("moto.server", run_name="__main__")

@@ -26,7 +26,8 @@ GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": 
 METRIC = re.compile(r"\b(binlog_relay_[a-z0-9_]+)\b")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 ARCHIVE_PANELS = ("Archive store up", "Archive lag (files)", "Archive lag (bytes)", "Archive uploads per second",
-                  "Archive compression ratio", "Archive errors", "Served from the archive per second")
+                  "Archive compression ratio", "Archive errors", "Served from the archive per second",
+                  "Clock against the archive's store")
 
 
 def _dashboard_configmaps(helm_path: str, tmp_path_factory, values: dict) -> list[dict]:  # type: ignore[no-untyped-def]

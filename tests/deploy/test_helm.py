@@ -467,7 +467,8 @@ def test_prometheus_rule(rendered: Rendered) -> None:
     job = f'job="{FULLNAME}-metrics"'
     archive = {**ARCHIVE_ALERT_DEFAULTS, **options.get("archive", {})}
     archive_for = {"BinlogRelayArchiveLagging": archive["lagFor"],
-                   "BinlogRelayArchiveStoreDown": archive["storeDownFor"]}
+                   "BinlogRelayArchiveStoreDown": archive["storeDownFor"],
+                   "BinlogRelayArchiveClockSkew": archive["clockSkewFor"]}
     for name, rule in rules.items():
         if name == "BinlogRelayArchiveDamagedReads":  # fires at once: the window is in the expression
             assert set(rule) == {"alert", "expr", "labels", "annotations"}, name
@@ -507,11 +508,16 @@ def test_prometheus_rule(rendered: Rendered) -> None:
         assert rules["BinlogRelayArchiveDamagedReads"]["expr"] == (
             f'increase(binlog_relay_archive_damaged_reads_total{{namespace="{NAMESPACE}", {job}}}'
             f'[{archive["damagedReadsWindow"]}]) > 0')
+        assert rules["BinlogRelayArchiveClockSkew"]["expr"] == (
+            f'abs(binlog_relay_archive_store_clock_offset_seconds{{namespace="{NAMESPACE}", {job}}}) '
+            f'> {archive["clockSkewSeconds"]}')
         assert "{{ $labels.pod }}" in rules["BinlogRelayArchiveStoreDown"]["annotations"]["summary"]
 
 
-ARCHIVE_ALERTS = {"BinlogRelayArchiveLagging", "BinlogRelayArchiveStoreDown", "BinlogRelayArchiveDamagedReads"}
-ARCHIVE_ALERT_DEFAULTS = {"lagFiles": 10, "lagFor": "15m", "storeDownFor": "10m", "damagedReadsWindow": "15m"}
+ARCHIVE_ALERTS = {"BinlogRelayArchiveLagging", "BinlogRelayArchiveStoreDown", "BinlogRelayArchiveDamagedReads",
+                  "BinlogRelayArchiveClockSkew"}
+ARCHIVE_ALERT_DEFAULTS = {"lagFiles": 10, "lagFor": "15m", "storeDownFor": "10m", "damagedReadsWindow": "15m",
+                          "clockSkewSeconds": 300, "clockSkewFor": "10m"}
 
 
 def rule_groups(rendered: Rendered) -> list[dict[str, Any]]:
@@ -536,7 +542,8 @@ def test_prometheus_rule_passes_promtool(rendered: Rendered, tmp_path: Path) -> 
 def test_archive_alerts_fire_as_documented(helm: str, tmp_path: Path,
                                            tmp_path_factory: pytest.TempPathFactory) -> None:
     """`promtool test rules` on the archive's alerts: lag past lagFiles for lagFor, the store down
-    for storeDownFor, and any damaged read within damagedReadsWindow (at once, and over after it)."""
+    for storeDownFor, any damaged read within damagedReadsWindow (at once, and over after it), and
+    the host's clock off the store's, ahead or behind, past clockSkewSeconds for clockSkewFor."""
     from tests.support.metrics import promtool_path
 
     values = VALUE_SETS["archive"]
@@ -569,6 +576,11 @@ def test_archive_alerts_fire_as_documented(helm: str, tmp_path: Path,
             # pod 1: one damaged read at minute 6
             {"series": series("binlog_relay_archive_damaged_reads_total", 0), "values": "0x40"},
             {"series": series("binlog_relay_archive_damaged_reads_total", 1), "values": "0x5 1x35"},
+            # pod 0: its clock 20 minutes ahead from minute 1; pod 1: 4 minutes behind from minute 1, 6
+            # from minute 6; pod 2: a second off
+            {"series": series("binlog_relay_archive_store_clock_offset_seconds", 0), "values": "0 -1200x30"},
+            {"series": series("binlog_relay_archive_store_clock_offset_seconds", 1), "values": "0 240x4 360x30"},
+            {"series": series("binlog_relay_archive_store_clock_offset_seconds", 2), "values": "1x30"},
         ],
         "alert_rule_test": [
             {"eval_time": "10m", "alertname": "BinlogRelayArchiveLagging", "exp_alerts": []},
@@ -579,6 +591,9 @@ def test_archive_alerts_fire_as_documented(helm: str, tmp_path: Path,
             {"eval_time": "6m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": firing(1)},
             {"eval_time": "20m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": firing(1)},
             {"eval_time": "22m", "alertname": "BinlogRelayArchiveDamagedReads", "exp_alerts": []},
+            {"eval_time": "10m", "alertname": "BinlogRelayArchiveClockSkew", "exp_alerts": []},
+            {"eval_time": "15m", "alertname": "BinlogRelayArchiveClockSkew", "exp_alerts": firing(0)},
+            {"eval_time": "16m", "alertname": "BinlogRelayArchiveClockSkew", "exp_alerts": firing(0) + firing(1)},
         ],
     }]}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
@@ -985,6 +1000,7 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"archive": {"verify": {"schedule": "0 3 * * *"}}}, "archive.verify.schedule checks the archive"),
     ({"prometheusRule": {"archive": {"lagFiles": 0}}}, "/prometheusRule/archive/lagFiles"),
     ({"prometheusRule": {"archive": {"storeDownFor": "ten minutes"}}}, "/prometheusRule/archive/storeDownFor"),
+    ({"prometheusRule": {"archive": {"clockSkewSeconds": 0}}}, "/prometheusRule/archive/clockSkewSeconds"),
 ])
 def test_chart_refuses(helm: str, tmp_path_factory: pytest.TempPathFactory, values: dict[str, Any],
                        message: str) -> None:

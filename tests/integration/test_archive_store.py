@@ -132,6 +132,27 @@ def test_a_failing_source_aborts_the_upload_and_keeps_its_error(s3_server: S3Ser
     assert s3_server.incomplete_uploads() == []
 
 
+def test_an_upload_cut_by_an_outage_is_aborted_before_the_next_upload(s3_server: S3Server) -> None:
+    """The store goes away in the middle of a multipart upload: the abort fails too, so the upload
+    stays, invisible and billed.  The store aborts it before its next upload, not at a restart."""
+    store = S3Store(s3_server.store_config(multipart_threshold=5 * MIB, part_size=5 * MIB, max_attempts=1))
+
+    def source():
+        yield payload(6 * MIB)  # one part is sent once the next chunk comes
+        yield payload(6 * MIB, seed=2)
+        s3_server.proxy.refuse()
+        yield payload(6 * MIB, seed=3)
+
+    with pytest.raises(StoreUnavailable):
+        store.put("cut.zst", source())
+    (left,) = s3_server.incomplete_uploads()
+    assert left["Key"].endswith("cut.zst")
+    s3_server.proxy.accept()
+    store.put("next.zst", [b"the next upload"])
+    assert s3_server.incomplete_uploads() == []
+    assert store.head("cut.zst") is None and store.get("next.zst") == b"the next upload"
+
+
 def test_an_archived_object_through_the_store(s3_server: S3Server) -> None:
     """The two foundations together: an encrypted object streamed up as the writer makes it, its
     meta beside it, and ranges read back with ranged GETs of the trailer and of the frames only."""

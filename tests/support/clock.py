@@ -1,11 +1,14 @@
 """A relay child whose host clock is set wrong: ``skewed_clock(seconds)`` is the environment that
 moves its wall clock (time.time(), datetime.now(), the dates boto3 signs with) by ``seconds``, and
-leaves the monotonic clock alone.  It preloads tests/support/skewclock.c, built once a session with
-the C compiler the suite needs anyway (scripts/test.sh installs gcc)."""
+leaves the monotonic clock alone.  ``skewed_clock(seconds, control)`` takes the skew from the file
+``control`` instead, which ``set_skew(control, seconds)`` changes while the child runs.  It
+preloads tests/support/skewclock.c, built once a session with the C compiler the suite needs anyway
+(scripts/test.sh installs gcc)."""
 
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +29,17 @@ def skewed_clock(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], di
     if built.returncode != 0:
         pytest.fail(f"tests/support/skewclock.c does not build:\n{built.stderr}")
 
-    def environment(seconds: int) -> dict[str, str]:
-        return {"LD_PRELOAD": str(library), "SKEWCLOCK_SECONDS": str(seconds)}
+    def environment(seconds: int, control: Path | None = None) -> dict[str, str]:
+        if control is None:
+            return {"LD_PRELOAD": str(library), "SKEWCLOCK_SECONDS": str(seconds)}
+        set_skew(control, seconds)
+        return {"LD_PRELOAD": str(library), "SKEWCLOCK_FILE": str(control)}
 
     return environment
+
+
+def set_skew(control: Path, seconds: int) -> None:
+    """The skew of the children started with ``control``, from their next reading of the clock (the
+    file is written in place: they map it)."""
+    with open(control, "r+b" if control.exists() else "wb") as stream:
+        stream.write(struct.pack("=q", seconds))

@@ -1,22 +1,39 @@
 /* A host clock set wrong, for tests: LD_PRELOAD'ed into a relay child, it moves the wall clock
    (CLOCK_REALTIME, gettimeofday, time) by SKEWCLOCK_SECONDS and leaves the monotonic clocks, which
-   every timeout and sleep uses, alone.  Debian's libfaketime 0.9.10 cannot stand in for it: with
+   every timeout and sleep uses, alone.  With SKEWCLOCK_FILE, the seconds are the 8-byte native
+   integer at the start of that file, mapped and read at every call: a test sets the clock right
+   (or wrong) while the process runs, as NTP would.  Debian's libfaketime 0.9.10 cannot stand in for it: with
    Python 3.11 its timed condition waits hang, or its sleeps fail with EINVAL. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <sys/time.h>
 #include <time.h>
 
 static long skew_seconds(void) {
     static int read_yet;
     static long seconds;
-    if (!read_yet) {
+    static volatile int64_t *shared;
+    if (!read_yet) {  /* first asked at the interpreter's start, before any thread */
         const char *text = getenv("SKEWCLOCK_SECONDS");
+        const char *path = getenv("SKEWCLOCK_FILE");
         seconds = text ? strtol(text, NULL, 10) : 0;
+        if (path) {
+            int fd = open(path, O_RDONLY);
+            if (fd >= 0) {
+                void *mapped = mmap(NULL, sizeof(int64_t), PROT_READ, MAP_SHARED, fd, 0);
+                if (mapped != MAP_FAILED)
+                    shared = mapped;
+                close(fd);
+            }
+        }
         read_yet = 1;
     }
-    return seconds;
+    return shared ? (long)*shared : seconds;
 }
 
 static int is_wall(clockid_t clock) {
