@@ -437,7 +437,11 @@ def run_demo(seconds: float | None = None, out: TextIO | None = None) -> int:
 
 def _sigterm_as_ctrl_c(signum: int, frame: object) -> None:
     # Raised again as SIGINT, it goes where a Ctrl-C goes at that moment: the receiver that ends the
-    # writes, or trio's or Python's KeyboardInterrupt.
+    # writes, or trio's KeyboardInterrupt.  Where only Python's own handler would take it, or nothing
+    # (a shell's background job, `cmd &`, starts with SIGINT ignored, and a SIGINT raised then is
+    # lost), the KeyboardInterrupt is raised here.
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, signal.SIG_IGN, signal.SIG_DFL):
+        raise KeyboardInterrupt
     signal.raise_signal(signal.SIGINT)
 
 

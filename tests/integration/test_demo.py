@@ -132,9 +132,12 @@ def _cmdline(pid: int) -> bytes:
         return b""  # the process ended while we looked
 
 
-def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
-    """Stopped in mariadb-install-db, whose mariadbd --bootstrap outlived a kill of the script alone."""
-    output, errors, status = _demo_stopped_by(signal.SIGTERM, _bootstrapping)
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_while_the_servers_start_leaves_nothing_behind(sigint: str) -> None:
+    """Stopped in mariadb-install-db, whose mariadbd --bootstrap outlived a kill of the script alone.
+    ``ignored``: started as a non-interactive shell starts a background job (``cmd &``), with SIGINT
+    ignored, so that a SIGINT raised again is lost: the demo ran on and never stopped."""
+    output, errors, status = _demo_stopped_by(signal.SIGTERM, _bootstrapping, sigint_ignored=sigint == "ignored")
     assert status == 130, f"{output}\n{errors}"
     assert "interrupted; everything was stopped and removed" in errors
     found = re.search(r"working in (\S+)", output)
@@ -144,11 +147,15 @@ def test_sigterm_while_the_servers_start_leaves_nothing_behind() -> None:
     assert _processes_mentioning(str(work_dir)) == [], f"a process from the demo is left in {work_dir}"
 
 
-def _demo_stopped_by(stop: signal.Signals, seen_enough: Callable[[str], bool]) -> tuple[str, str, int]:
+def _demo_stopped_by(stop: signal.Signals, seen_enough: Callable[[str], bool],
+                     sigint_ignored: bool = False) -> tuple[str, str, int]:
     """The demo's output, errors and exit status, ``stop`` sent to it once its output is ``seen_enough``."""
+    def sigint_as_asked() -> None:  # in the child: whatever the test run itself was started with
+        signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.SIG_DFL)
+
     # Unbuffered bytes, so that select() sees every line the moment the demo prints it.
     proc = subprocess.Popen(_demo_command(), cwd=REPO, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, bufsize=0)
+                            stderr=subprocess.PIPE, bufsize=0, preexec_fn=sigint_as_asked)
     try:
         seen = _read_until(proc, seen_enough, DEMO_TIMEOUT)
         proc.send_signal(stop)
