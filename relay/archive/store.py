@@ -358,9 +358,8 @@ class S3Store:
         memory; a chunk is kept as given until its part is cut (copied once, then), so a caller
         must not change a buffer it has handed over.  Above ``multipart_threshold`` bytes it is a
         multipart upload, aborted if anything fails here (if the store is gone by then, before the
-        next upload); if the process dies instead, the
-        incomplete upload stays until ``abort_stale_uploads``, and the key shows no object (or
-        still the previous one)."""
+        next upload); if the process dies instead, the incomplete upload stays until
+        ``abort_stale_uploads``, and the key shows no object (or still the previous one)."""
         self._abort_left_uploads()
         key = self.url.key(name)
         source = iter(chunks)
@@ -592,7 +591,6 @@ class S3Store:
         if isinstance(exc, _UNREACHABLE):
             return StoreUnavailable(f"{what}: the store is unreachable ({self._secrets.scrub(str(exc))}); {_LATER}")
         return StoreUnavailable(f"{what}: {type(exc).__name__}: {self._secrets.scrub(str(exc))}; {_LATER}")
-
 
     def _skew(self, code: str, error: Mapping[str, object]) -> str | None:
         """How far off this host's clock is, if that is why the store refused: it says so

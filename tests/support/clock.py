@@ -19,7 +19,7 @@ SOURCE = Path(__file__).with_name("skewclock.c")
 
 
 @pytest.fixture(scope="session")
-def skewed_clock(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], dict[str, str]]:
+def skewed_clock(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., dict[str, str]]:
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None:
         pytest.fail("no C compiler (gcc) to build tests/support/skewclock.c: apt-get install gcc")

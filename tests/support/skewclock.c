@@ -2,17 +2,17 @@
    (CLOCK_REALTIME, gettimeofday, time) by SKEWCLOCK_SECONDS and leaves the monotonic clocks, which
    every timeout and sleep uses, alone.  With SKEWCLOCK_FILE, the seconds are the 8-byte native
    integer at the start of that file, mapped and read at every call: a test sets the clock right
-   (or wrong) while the process runs, as NTP would.  Debian's libfaketime 0.9.10 cannot stand in for it: with
-   Python 3.11 its timed condition waits hang, or its sleeps fail with EINVAL. */
+   (or wrong) while the process runs, as NTP would.  Debian's libfaketime 0.9.10 cannot stand in
+   for it: with Python 3.11 its timed condition waits hang, or its sleeps fail with EINVAL. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
-#include <unistd.h>
 #include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
 static long skew_seconds(void) {
     static int read_yet;
