@@ -79,7 +79,6 @@ from .owner import (
     check_same_history,
     claim,
     read_owner,
-    record_written_before,
     relay_id,
 )
 from .store import ObjectMissing, ObjectStore, StoreConfig, open_store
@@ -407,11 +406,10 @@ class Archiver:
             log.info("archive %s: taken over from %s; uploads begin in %.0f s, once it has stopped writing",
                      self.url, previous.describe(), 2 * self.settings.check_seconds)
         # The uploads nobody can commit any more are aborted before this relay counts as writing (so
-        # before any upload of its own): those begun before the record it has just written, by the
-        # store's clock (this host's may be minutes off it: behind, it left a dead relay's upload in
-        # place).  After a takeover they are the replaced relay's; on a (re)start, its own earlier runs'.
-        before = await trio.to_thread.run_sync(record_written_before, store)
-        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR, before)
+        # before any upload of its own): those begun before now, by the store's clock (this host's may
+        # be minutes off it: behind, it left a dead relay's upload in place).  After a takeover they
+        # are the replaced relay's; on a (re)start, its own earlier runs'.
+        aborted = await trio.to_thread.run_sync(store.abort_stale_uploads, OBJECT_DIR)
         if aborted:
             log.info("archive %s: %d upload(s) a previous run left unfinished aborted", self.url, aborted)
         self.status.writing, self._told_reading = True, False
@@ -814,7 +812,7 @@ def archive_backlog(settings: ArchiveSettings, data_dir: Path, progress: Callabl
                                "archive uploads to it (if that relay is gone for good, start this one: it takes "
                                f"the archive over once that relay has been silent for {settings.writer_lease:.0f} s "
                                "and uploads its backlog)") from None
-        store.abort_stale_uploads(OBJECT_DIR, record_written_before(store))
+        store.abort_stale_uploads(OBJECT_DIR)  # before any upload of this command's
         archived = list_archive(store, load_catalog(data_dir, url))
         checked = load_checked(data_dir, url)
         stored = read_index(data_dir)

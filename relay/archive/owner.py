@@ -21,7 +21,6 @@ before this record existed are claimed by the first relay to look.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import socket
@@ -152,17 +151,6 @@ def read_owner(store: ObjectStore) -> Owner | None:
     if owner is None:
         log.warning("archive: %s is not a record of binlog-relay's (%d bytes); claimed over", OWNER_KEY, len(document))
     return owner
-
-
-def record_written_before(store: ObjectStore) -> dt.datetime | None:
-    """A moment by the store's clock just after the record was last written: its Last-Modified,
-    which is whole seconds, and one second more; None if the store does not say.  What a relay that
-    has just claimed the archive compares the store's other times with, since its own clock may be
-    minutes off the store's.  Blocking."""
-    head = store.head(OWNER_KEY)
-    if head is None or head.last_modified is None:
-        return None
-    return head.last_modified + dt.timedelta(seconds=1)
 
 
 class LeaseWatch:

@@ -286,7 +286,6 @@ class S3Store:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.url = StoreURL.parse(config.url)
-        self.started = dt.datetime.now(dt.UTC)
         self.where = f"{self.url}" + (f" at {config.endpoint_url}" if config.endpoint_url else "")
         core = botocore.session.Session()
         key_files = None
@@ -529,15 +528,19 @@ class S3Store:
     def abort_stale_uploads(self, under: str = "", initiated_before: dt.datetime | None = None) -> int:
         """Abort the incomplete multipart uploads under our prefix (and ``under`` it, the archive's
         objects: an archive whose prefix holds another's is not the other's to clean) started before
-        ``initiated_before`` (default: when this store was opened, so an upload this process has
-        started since is never touched); return how many.  For start-up: a relay killed while
-        uploading leaves one, invisible but billed."""
-        cutoff = initiated_before or self.started
+        ``initiated_before``; return how many.  By default, before the store's time as it lists
+        them, and a second more (its Date has whole seconds): S3 dates an upload by its own clock,
+        which this host's may be minutes off.  So for a process that has not begun uploading: at a
+        relay's start, or once it has claimed the archive, when a killed relay's upload is invisible
+        but billed."""
+        cutoff = initiated_before
         aborted = 0
         try:
             pages = self._client.get_paginator("list_multipart_uploads").paginate(Bucket=self.url.bucket,
                                                                                   Prefix=self.url.prefix + under)
             for page in pages:
+                if cutoff is None:  # this answer's Date has set the clock
+                    cutoff = dt.datetime.fromtimestamp(self._clock.now() + 1, dt.UTC)
                 for upload in page.get("Uploads", ()):
                     if upload["Initiated"] >= cutoff:
                         continue
@@ -596,11 +599,11 @@ class S3Store:
         """How far off this host's clock is, if that is why the store refused: it says so
         (RequestTimeTooSkewed, with both times), or it answered without a body (a HEAD's 403) while
         the clocks are further apart than S3 allows."""
-        if code == "RequestTimeTooSkewed":
-            offset = skew_from_error(error)
-            return describe_offset(offset) if offset is not None else self._clock.describe() or \
-                "this host's clock is too far off the store's"
         offset = self._clock.offset()
+        if code == "RequestTimeTooSkewed":
+            told = skew_from_error(error)
+            offset = told if told is not None else offset
+            return "this host's clock is too far off the store's" if offset is None else describe_offset(offset)
         if code in ("403", "Forbidden") and offset is not None and abs(offset) > S3_MAX_SKEW_SECONDS:
             return describe_offset(offset)
         return None

@@ -49,11 +49,6 @@ class StoreClock:
         """The store's clock minus this host's, in seconds; None until the store has answered."""
         return None if self._anchor is None else self.now() - time.time()
 
-    def describe(self) -> str | None:
-        """How far off this host's clock is, in words; None while that is not known."""
-        offset = self.offset()
-        return None if offset is None else describe_offset(offset)
-
 
 def describe_offset(offset: float) -> str:
     """``offset``: the store's time minus this host's."""

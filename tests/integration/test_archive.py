@@ -55,6 +55,21 @@ def write_files(primary: Any, count: int, table: str = "t") -> None:
         primary.sql("FLUSH BINARY LOGS")
 
 
+def closed_files(primary: Any) -> list[str]:
+    """The primary's binlog files but its newest, still written."""
+    return [name for name, _ in primary.binlog_files()[:-1]]
+
+
+def archived_as_the_primary_wrote(s3: S3Server, primary: Any) -> list[str]:
+    """The archive's files, each checked against the primary's bytes; their names."""
+    store = open_store(s3.store_config(prefix="relay"))
+    names = sorted(list_archive(store))
+    for name in names:
+        reader = ArchivedFileReader(store, name, ())
+        assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes(), name
+    return names
+
+
 def primary_and_archiving_relay(mariadb_factory: Any, relay_factory: Any, s3: S3Server) -> tuple[Any, Any]:
     """A primary, and a relay archiving it whose retention purges every archived file but two."""
     primary = mariadb_factory(server_id=1)
@@ -84,7 +99,7 @@ def test_closed_files_are_archived_verified_and_purged_locally_only_once_archive
                           storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
     write_files(primary, 6)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0
              and metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the archive did not catch up")
     store = open_store(s3_server.store_config(prefix="relay"))
@@ -139,7 +154,7 @@ def test_a_relay_restarted_while_the_store_is_down_still_knows_what_it_archived(
     and nothing stored locally is taken for unarchived, while the store cannot be listed."""
     primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     write_files(primary, 5)
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary)
              and metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the files were not archived")
     wait_for(lambda: len(read_index(relay.data_dir)) <= 3, 30, "retention did not purge the archived files")
@@ -212,7 +227,7 @@ def test_a_relay_of_another_primary_given_the_same_archive_writes_nothing_there_
 def _archived_and_purged_everywhere(primary: Any, relay: Any, s3: S3Server, saved: Path) -> list[str]:
     """Closed files archived, purged by the relay's retention and by the primary; the primary's
     copies saved first (the oracle).  Returns the names only the archive holds."""
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(relay, "binlog_relay_archive_lag_files") == 0
              and metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the archive did not catch up")
     wait_for(lambda: len(read_index(relay.data_dir)) <= 3, 30, "retention did not purge the archived files")
@@ -453,7 +468,7 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
     first = relay_factory("first", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
     write_files(primary, 4)
     wait_for(lambda: relay_holds_the_primarys_newest(first, primary), 60, "the first relay did not catch up")
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(first, "binlog_relay_archive_files") == len(closed), 60, "not archived")
     first.close()
     saved = tmp_path / "primary-copies"
@@ -579,7 +594,7 @@ def test_the_verify_command_reads_every_archived_file_back_and_names_each_damage
 
     primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
     write_files(primary, 6)
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed), 60, "the archive did not catch up")
     config_path = tmp_path / "relay.yaml"
     config_path.write_text(yaml.safe_dump(relay.config))
@@ -645,7 +660,7 @@ def test_gtid_starts_in_files_only_the_archive_holds_are_the_primarys(mariadb_fa
     _write_history(primary)
     wait_binlog_settled(primary)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed)
              and read_index(relay.data_dir)[0] not in closed, 60, "not archived and purged")
     assert [row[0] for row in relay_sql(relay, "SHOW BINARY LOGS")] == [name for name, _ in primary.binlog_files()]
@@ -675,7 +690,7 @@ def test_search_with_the_config_answers_from_files_only_the_archive_holds(
         second = int(time.time())
         wait_for(lambda second=second: time.time() >= second + 1.05, 5)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
-    closed = [name for name, _ in primary.binlog_files()[:-1]]
+    closed = closed_files(primary)
     wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed)
              and read_index(relay.data_dir)[0] not in closed, 60, "not archived and purged")
     copies = tmp_path / "primary-copies"

@@ -24,8 +24,13 @@ from relay.sandbox.polling import wait_for
 from relay.sandbox.ports import LOOPBACK, free_port
 from relay.sandbox.relayprocess import RelayProcessError, http_get
 from relay.storage.index import read_index
-from tests.integration.test_archive import archive_config, relay_holds_the_primarys_newest, write_files
-from tests.integration.test_archive_shared import _archived_as_the_primary_wrote, _closed
+from tests.integration.test_archive import (
+    archive_config,
+    archived_as_the_primary_wrote,
+    closed_files,
+    relay_holds_the_primarys_newest,
+    write_files,
+)
 from tests.support.clock import set_skew
 from tests.support.faults import metric
 from tests.support.s3 import S3Server
@@ -54,7 +59,7 @@ def test_a_clock_past_s3s_limit_stops_only_the_archive_until_it_is_set_right(
     control = tmp_path / "clock"
     relay = _relay(relay_factory, primary, s3_server, skewed_clock(0, control))
     write_files(primary, 1)
-    wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(_closed(primary)), 60,
+    wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed_files(primary)), 60,
              "the relay did not archive with its clock right")
     assert abs(metric(relay, OFFSET)) <= 2
 
@@ -68,7 +73,7 @@ def test_a_clock_past_s3s_limit_stops_only_the_archive_until_it_is_set_right(
     assert "check the credentials" not in log_text
     wait_for(lambda: metric(relay, "binlog_relay_archive_store_up") == 0, 30, "the store was not seen refusing")
     assert abs(metric(relay, OFFSET) + PAST_S3S_LIMIT) <= 3
-    closed = _closed(primary)
+    closed = closed_files(primary)
     archived_before = sorted(list_archive(open_store(s3_server.store_config(prefix="relay"))))
     assert len(archived_before) < len(closed)
     unarchived = [name for name in closed if name not in archived_before]
@@ -88,7 +93,7 @@ def test_a_clock_past_s3s_limit_stops_only_the_archive_until_it_is_set_right(
     wait_for(lambda: metric(relay, "binlog_relay_archive_files") == len(closed)
              and metric(relay, "binlog_relay_archive_lag_files") == 0, 120, "the archive did not catch up")
     assert abs(metric(relay, OFFSET)) <= 2
-    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed
     wait_for(lambda: len(read_index(relay.data_dir)) == 1, 30, "retention did not purge the files once archived")
     assert relay.alive() and "Traceback" not in relay.log_text()
 
@@ -100,7 +105,7 @@ def test_a_relay_whose_clock_is_past_s3s_limit_cannot_stand_up_from_the_archive_
     primary = mariadb_factory(server_id=1)
     first = _relay(relay_factory, primary, s3_server, {})
     write_files(primary, 2)
-    wait_for(lambda: metric(first, "binlog_relay_archive_files") == len(_closed(primary)), 60, "nothing archived")
+    wait_for(lambda: metric(first, "binlog_relay_archive_files") == len(closed_files(primary)), 60, "nothing archived")
     first.stop()
     with pytest.raises(RelayProcessError) as refused:
         relay_factory("empty", primary.port, archive=archive_config(s3_server), env=skewed_clock(PAST_S3S_LIMIT))
@@ -113,14 +118,14 @@ def test_archive_retention_keeps_the_newest_files(mariadb_factory, relay_factory
     primary = mariadb_factory(server_id=1)
     relay = _relay(relay_factory, primary, s3_server, {}, retention={"max_files": 2})
     write_files(primary, 5)
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary)
              and metric(relay, "binlog_relay_archive_lag_files") == 0
              and sorted(list_archive(open_store(s3_server.store_config(prefix="relay")))) == closed[-2:],
              60, "the archive did not keep only the two newest files")
     assert metric(relay, "binlog_relay_archive_deleted_files_total") == len(closed) - 2
     assert metric(relay, "binlog_relay_archive_files") == 2
-    assert _archived_as_the_primary_wrote(s3_server, primary) == closed[-2:]
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed[-2:]
 
 
 def _archived_times(s3: S3Server) -> dict[str, float]:
@@ -130,15 +135,17 @@ def _archived_times(s3: S3Server) -> dict[str, float]:
             for listed in store.list(OBJECT_DIR) if listed.name.endswith(META_SUFFIX)}
 
 
-def _deletion_times(s3: S3Server, names: list[str], deadline: float) -> dict[str, float]:
-    """When each of ``names`` left the archive (this host's clock, the store's here), watched until
-    all have or ``deadline`` (time.monotonic()) passes."""
+def _deletion_times(s3: S3Server, names: list[str], timeout: float, step: int) -> dict[str, float]:
+    """When each of ``names`` left the archive (this host's clock, the store's here)."""
     gone: dict[str, float] = {}
-    while len(gone) < len(names) and time.monotonic() < deadline:
+
+    def all_gone() -> bool:
         present = _archived_times(s3)
         now = time.time()
         gone.update({name: now for name in names if name not in present and name not in gone})
-        time.sleep(0.2)
+        return len(gone) == len(names)
+
+    wait_for(all_gone, timeout, f"not deleted within {timeout:.0f} s with the clock stepped by {step} s")
     return gone
 
 
@@ -147,9 +154,7 @@ def _stepped_and_aged(s3: S3Server, control: Path, names: list[str], step: int) 
     the store committed it, by the store's clock, whatever the host's says."""
     committed = _archived_times(s3)
     set_skew(control, step)
-    gone = _deletion_times(s3, names, time.monotonic() + MAX_AGE + 60)
-    assert set(gone) == set(names), f"not deleted within {MAX_AGE + 60} s with the clock stepped by {step} s: " \
-                                    f"{sorted(set(names) - set(gone))}"
+    gone = _deletion_times(s3, names, MAX_AGE + 60, step)
     for name in names:
         age = gone[name] - committed[name]
         # Last-Modified has whole seconds, and the relay knows the store's clock to about one
@@ -164,13 +169,13 @@ def test_archive_retention_ages_files_by_the_stores_clock_whatever_the_hosts_say
     control = tmp_path / "clock"
     relay = _relay(relay_factory, primary, s3_server, skewed_clock(0, control), retention={"max_age": f"{MAX_AGE}s"})
     write_files(primary, 2)
-    first = _closed(primary)
+    first = closed_files(primary)
     wait_for(lambda: set(first) <= set(_archived_times(s3_server)) and not set(first) & set(read_index(relay.data_dir)),
              60, "the first files were not archived and purged locally")
     _stepped_and_aged(s3_server, control, first, -STEP)
 
     write_files(primary, 2, table="after")  # archived with the host's clock 10 minutes behind
-    second = [name for name in _closed(primary) if name not in first]
+    second = [name for name in closed_files(primary) if name not in first]
     wait_for(lambda: set(second) <= set(_archived_times(s3_server))
              and not set(second) & set(read_index(relay.data_dir)), 60, "the next files were not archived")
     _stepped_and_aged(s3_server, control, second, STEP)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from relay.archive.objects import ArchivedFileReader, list_archive, object_key, upload
+from relay.archive.objects import object_key, upload
 from relay.archive.owner import read_owner, relay_id
 from relay.archive.store import open_store
 from relay.sandbox.compare import copy_differences
@@ -20,6 +20,8 @@ from relay.storage.index import read_index
 from tests.integration.test_archive import (
     _mariadb_binlog,
     archive_config,
+    archived_as_the_primary_wrote,
+    closed_files,
     relay_holds_the_primarys_newest,
     write_files,
 )
@@ -40,20 +42,6 @@ def _relay(relay_factory: Any, name: str, primary: Any, s3: S3Server, server_id:
                          archive=_shared_archive(s3), server_id=server_id, **overrides)
 
 
-def _closed(primary: Any) -> list[str]:
-    return [name for name, _ in primary.binlog_files()[:-1]]
-
-
-def _archived_as_the_primary_wrote(s3: S3Server, primary: Any) -> list[str]:
-    """The archive's files, each checked against the primary's bytes; their names."""
-    store = open_store(s3.store_config(prefix="relay"))
-    names = sorted(list_archive(store))
-    for name in names:
-        reader = ArchivedFileReader(store, name, ())
-        assert reader.read(0, reader.size) == primary.binlog_path(name).read_bytes(), name
-    return names
-
-
 def test_relays_of_one_primary_share_an_archive_one_writes_the_others_read(
         mariadb_factory, relay_factory, s3_server, tmp_path):
     primary = mariadb_factory(server_id=1)
@@ -62,7 +50,7 @@ def test_relays_of_one_primary_share_an_archive_one_writes_the_others_read(
     reader = _relay(relay_factory, "reader", primary, s3_server, 1002, storage=PURGE_ALL_BUT_TWO)
     wait_for(lambda: "this relay reads it" in reader.log_text(), 30, "the second relay was not told who writes")
     write_files(primary, 4)
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: metric(writer, "binlog_relay_archive_lag_files") == 0
              and metric(reader, "binlog_relay_archive_files") == len(closed), 60,
              "the reader did not list what the writer archived")
@@ -94,12 +82,12 @@ def test_relays_of_one_primary_share_an_archive_one_writes_the_others_read(
     writer.wait_listening()
     wait_for(lambda: "this relay reads it" in writer.log_text(), 30, "the old writer was not told who writes")
     write_files(primary, 1, table="later")
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(closed)
              and metric(writer, "binlog_relay_archive_files") == len(closed), 60, "the last file was not archived")
     assert metric(writer, "binlog_relay_archive_writer") == 0
     assert metric(writer, "binlog_relay_archive_uploaded_files_total") == 0
-    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed
     assert "Traceback" not in writer.log_text() + reader.log_text()
 
 
@@ -110,7 +98,7 @@ def test_a_local_file_whose_archived_copy_is_other_bytes_stays_and_is_served(
     primary = mariadb_factory(server_id=1)
     writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
     write_files(primary, 3)
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(closed), 60, "not archived")
     other = mariadb_factory(server_id=2)
     write_files(other, 3)
@@ -144,13 +132,13 @@ def test_a_relay_stood_up_from_the_archive_reads_it_while_its_writer_lives(maria
     primary = mariadb_factory(server_id=1)
     writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
     write_files(primary, 2)
-    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(_closed(primary)), 60, "not archived")
-    newest_archived = _closed(primary)[-1]
+    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(closed_files(primary)), 60, "not archived")
+    newest_archived = closed_files(primary)[-1]
     started = time.time()
     seeded = _relay(relay_factory, "seeded", primary, s3_server, 1002)
     assert "seeded with " + newest_archived in seeded.log_text()
     write_files(primary, 2, table="after")
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: metric(seeded, "binlog_relay_archive_files") == len(closed)
              and relay_holds_the_primarys_newest(seeded, primary), 60, "the seeded relay did not follow the writer")
     store = open_store(s3_server.store_config(prefix="relay"))
@@ -160,7 +148,7 @@ def test_a_relay_stood_up_from_the_archive_reads_it_while_its_writer_lives(maria
     assert metric(seeded, "binlog_relay_archive_uploaded_files_total") == 0
     assert metric(writer, "binlog_relay_archive_writer") == 1
     assert read_owner(store).relay_id == relay_id(writer.data_dir)
-    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed
 
 
 def _unfinished_upload(s3: S3Server, name: str) -> str:
@@ -188,7 +176,7 @@ def test_relays_whose_clocks_are_wrong_share_an_archive(mariadb_factory, relay_f
     store = open_store(s3_server.store_config(prefix="relay"))
     assert read_owner(store).renewed > time.time() + SKEW - 60, "the writer's clock is not ahead"
     write_files(primary, 2)
-    wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(_closed(primary)), 60,
+    wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(closed_files(primary)), 60,
              "the reader did not list what the writer archived")
     renewals_from = read_owner(store).renewed
     wait_for(lambda: read_owner(store).renewed > renewals_from + 2 * LEASE, 30, "the writer did not renew its record")
@@ -211,8 +199,8 @@ def test_relays_whose_clocks_are_wrong_share_an_archive(mariadb_factory, relay_f
     wait_for(lambda: metric(reader, "binlog_relay_archive_writer") == 1, 30, "the restarted relay does not write")
     wait_for(lambda: left not in _unfinished_upload_ids(s3_server), 30, "the relay left its dead run's upload")
     write_files(primary, 1, table="after")
-    closed = _closed(primary)
+    closed = closed_files(primary)
     wait_for(lambda: metric(reader, "binlog_relay_archive_files") == len(closed)
              and metric(reader, "binlog_relay_archive_lag_files") == 0, 60, "the restarted writer did not archive on")
-    assert _archived_as_the_primary_wrote(s3_server, primary) == closed
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed
     assert not _unfinished_upload_ids(s3_server)
