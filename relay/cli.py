@@ -72,13 +72,18 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def cmd_hash_password(args: argparse.Namespace) -> int:
-    if sys.stdin.isatty():
-        password = getpass.getpass("Password: ")
-        if getpass.getpass("Again: ") != password:
-            print("binlog-relay: the passwords differ", file=sys.stderr)
-            return 1
-    else:
-        password = sys.stdin.readline().rstrip("\r\n")
+    try:
+        if sys.stdin.isatty():
+            password = getpass.getpass("Password: ")
+            if getpass.getpass("Again: ") != password:
+                print("binlog-relay: the passwords differ", file=sys.stderr)
+                return 1
+        else:
+            password = sys.stdin.readline().rstrip("\r\n")
+        password.encode("utf-8")  # bytes a surrogateescape stdin (a C locale) could not decode fail here
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        print("binlog-relay: the password is not UTF-8 text", file=sys.stderr)
+        return 1
     from .protocol.auth import ed25519_password_hash, native_password_hash
 
     if args.plugin != "ed25519":
@@ -106,9 +111,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    import os
+    import stat
+
     from .storage.files import DataDirError
     from .storage.importer import import_binlogs
 
+    for path in args.files:  # the importer says "no such file" of whatever is not a regular file
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # the importer's message
+        if not stat.S_ISREG(mode):
+            what = "is a directory" if stat.S_ISDIR(mode) else "is not a regular file"
+            print(f"binlog-relay import: {path}: {what}; nothing was imported", file=sys.stderr)
+            return 1
     try:
         result = import_binlogs(args.data_dir, args.files)
     except DataDirError as err:  # the importer's refusals and an unusable data_dir alike
@@ -142,7 +159,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     try:
         history = StoredHistory(data_dir)
         archived = ArchivedHistory(settings, Path(data_dir)) if settings is not None else None
-        if args.time:
+        if args.time is not None:
             moment = parse_moment(args.time)
             found = history.at_time(moment)
             found = archived.at_time(moment, found) if archived else found
@@ -210,6 +227,16 @@ def _verify_archive(store: StoreConfig, keks: tuple[Kek, ...], progress: Callabl
     return 1 if result.damaged else 0
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds greater than 0, got {text!r}")
+    return seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="binlog-relay", description=__doc__)
     parser.add_argument("--version", action="version", version=f"binlog-relay {__version__}")
@@ -228,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     hashp.set_defaults(handler=cmd_hash_password)
     demo = commands.add_parser("demo",
                                help="a local MariaDB primary, the relay and a replica of it, live figures, a verdict")
-    demo.add_argument("--seconds", type=float, default=None,
+    demo.add_argument("--seconds", type=_positive_seconds, default=None,
                       help="stop after this many seconds instead of waiting for Ctrl-C")
     demo.set_defaults(handler=cmd_demo)
     from .pipeline.export import add_arguments as export_arguments  # argparse only, no pyspark

@@ -283,11 +283,12 @@ class ArchiveRetentionConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ArchiveConfig:
-    url: str | None = opt(Str("URL", r"s3://[^/?#\s]+(/[^?#]*)?", "s3://bucket/prefix"),
+    # URLs are checked by the store's own checks (_check_archive), which never repeat a user:password@
+    url: str | None = opt(Str("URL"),
                           "Where closed binlog files are archived (s3://bucket/prefix); null = no archive. With an "
                           "archive a file leaves the local disk only once it is archived and verified there.",
                           None, nullable=True)
-    endpoint_url: str | None = opt(Str("URL", r"https?://\S+", "http://minio:9000"),
+    endpoint_url: str | None = opt(Str("URL"),
                                    "The endpoint of an S3-compatible store (MinIO, Ceph RGW, ...); null = AWS S3.",
                                    None, nullable=True)
     region: str | None = opt(Str("region"), "The store's region (null: the AWS configuration's).", None,
@@ -420,14 +421,18 @@ def _check_upstream(raw: Mapping, values: dict, report: Report) -> None:
 
 
 def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
-    url = values["url"]
-    if url is not None and valid(url):
-        from .archive.store import StoreURL  # boto3: loaded when an archive is configured
+    for key in ("url", "endpoint_url", "region"):
+        value = values[key]
+        if value is not None and valid(value):
+            from .archive import store  # boto3: loaded when an archive is configured
 
-        try:
-            StoreURL.parse(url)
-        except InputError as bad:
-            report("url", str(bad))
+            check = {"url": store.StoreURL.parse, "endpoint_url": store.check_endpoint_url,
+                     "region": store.check_region}[key]
+            try:
+                check(value)
+            except InputError as bad:  # never repeats a user:password@ (nor does Str: no pattern to fail)
+                report(key, str(bad))
+                values[key] = INVALID
     lease = values["writer_lease"]
     if valid(lease) and lease < MIN_WRITER_LEASE:
         report("writer_lease", f"must be at least {MIN_WRITER_LEASE} s (the writer renews its record every quarter "
@@ -480,6 +485,13 @@ def _check_config(raw: Mapping, values: dict, report: Report) -> None:
     if valid(upstream, storage) and upstream.semi_sync and storage.sync != "commit":
         report("upstream.semi_sync", f"needs storage.sync: commit (it is {storage.sync}): an acknowledged "
                "transaction must be on disk")
+    listen: Any = values.get("listen")
+    metrics: Any = values.get("metrics")
+    hosts = (listen.host, metrics.host) if valid(listen, metrics) else ()
+    # 0.0.0.0 holds the port on every IPv4 address, not on IPv6 ones (the listeners are IPV6_V6ONLY)
+    if hosts and metrics.enabled and metrics.port and metrics.port == listen.port \
+            and (hosts[0] == hosts[1] or ("0.0.0.0" in hosts and not any(":" in host for host in hosts))):
+        report("metrics.port", f"{metrics.port} is listen.port too, on the same address: the relay could not start")
     if valid(users):
         seen: set[str] = set()
         for index, user in enumerate(users):

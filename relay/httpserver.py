@@ -17,6 +17,7 @@ import trio
 
 from .ingest.status import UpstreamStatus
 from .storage.relaylog import RelayLog
+from .trio_run import open_listeners
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class HttpServer:
 
     async def serve(self, host: str, port: int,
                     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        listeners = await open_listeners("metrics", host, port)
         self.port = listeners[0].socket.getsockname()[1]
         log.info("metrics on http://%s:%d/metrics", host, self.port)
         task_status.started(self.port)

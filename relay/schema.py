@@ -623,6 +623,34 @@ class _Loader(yaml.SafeLoader):
                 seen.add(key_node.value)
         return super().construct_mapping(node, deep=deep)
 
+    def compose_scalar_node(self, anchor: Any) -> yaml.ScalarNode:  # str | None (the stubs say otherwise)
+        # "password: &Tr0ub4dor" is an anchor named Tr0ub4dor on an empty value (null: no password),
+        # "password: !" a tag on one: refused, instead of a password silently lost.
+        event = self.peek_event()
+        node = super().compose_scalar_node(anchor)
+        if node.style is None and not node.value and (anchor is not None or event.tag == "!"):
+            raise _TokenError(f"an empty value with an anchor (&) or a tag (!); {_QUOTE}", event.start_mark)
+        return node
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # An explicit tag the value does not fit ("!!int hunter2") fails in PyYAML with a ValueError
+        # and the like that quote the value.
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise _TokenError(f"a value its tag (!!int, !!float, ...) does not take; {_QUOTE}",
+                              node.start_mark) from None
+
+
+_QUOTE = "quote a value that starts with *, & or ! (a password, say)"
+
+
+class _TokenError(yaml.MarkedYAMLError):
+    """A problem of ours whose text quotes nothing of the file."""
+
+    def __init__(self, problem: str, mark: yaml.Mark) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
 
 def read_yaml(source: str) -> tuple[object, list[str]]:
     try:
@@ -640,6 +668,9 @@ def read_yaml(source: str) -> tuple[object, list[str]]:
             loader.dispose()
     except yaml.YAMLError as err:
         raise ConfigError([_yaml_error_message(source, err)], source) from None
+    except (ValueError, TypeError, KeyError, AttributeError):  # a tag's constructor, outside construct_object
+        raise ConfigError([f"{source}: YAML error: a value its tag (!!int, !!set, ...) does not take; {_QUOTE}"],
+                          source) from None
     early = [f"{source}:{mark.line + 1}:{mark.column + 1}: duplicate key {key!r}" for key, mark in loader.duplicates]
     return data, early
 
@@ -649,11 +680,27 @@ def _yaml_error_message(source: str, err: yaml.YAMLError) -> str:
     if isinstance(err, yaml.MarkedYAMLError):
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        if isinstance(err, _TokenError):
+            return f"{where}: YAML syntax error: {err.problem}"
+        token = _token_error(f"{err.context or ''} {err.problem or ''}")
+        if token is not None:
+            return f"{where}: YAML syntax error: {token}"
         context = f"{err.context}, " if err.context else ""
         return f"{where}: YAML syntax error: {context}{err.problem}"
     if isinstance(err, yaml.reader.ReaderError):
         return f"{source}: not valid text at byte {err.position}: {err.reason}"
     return f"{source}: YAML error"
+
+
+def _token_error(said: str) -> str | None:
+    """An error about an alias (*name), an anchor (&name) or a tag (!name) without the name, which
+    PyYAML quotes: it is the text of an unquoted value such as "password: *hunter2"."""
+    for word, sign in (("alias", "*"), ("anchor", "&"), ("tag", "!")):
+        if word in said:
+            how = next((how for how in ("undefined", "duplicate") if how in said),
+                       "unknown" if "constructor" in said else "malformed")
+            return f"{how} {word} (a value that starts with {sign}); {_QUOTE}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,3 +53,12 @@ async def run_abandonable(sync_fn: Callable[..., T], *args: object) -> T:
     run_sync: Any = trio.to_thread.run_sync  # the keyword's name depends on the trio installed
     result: T = await run_sync(sync_fn, *args, **{_ABANDON: True})
     return result
+
+
+async def open_listeners(setting: str, host: str, port: int) -> list[trio.SocketListener]:
+    """trio's listeners on ``host``:``port``; a bind refused names the setting and the address
+    ("Address already in use" does not say which of the relay's ports)."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as err:
+        raise OSError(err.errno, f"{err.strerror}: {setting}.host/{setting}.port {host}:{port}") from None

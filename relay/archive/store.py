@@ -39,6 +39,7 @@ import logging
 import re
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +52,7 @@ import botocore.config
 import botocore.credentials
 import botocore.exceptions
 import botocore.session
+import botocore.utils
 
 from ..errors import FatalError, InputError, Refusal, RelayError, RetryableError
 from .storeclock import S3_MAX_SKEW_SECONDS, StoreClock, describe_offset, skew_from_error
@@ -113,11 +115,15 @@ class StoreURL:
     @classmethod
     def parse(cls, url: str) -> StoreURL:
         match = re.fullmatch(r"s3://([^/?#\s]+)(?:/([^?#]*))?", url)
+        if "@" in url.partition("://")[2].partition("/")[0]:
+            raise InputError(f"object store URL: {_NO_USERINFO}")
+        shown = " (not repeated: it holds '@')" if "@" in url else f" {url!r}"  # a password with a '/', say
         if match is None:
-            raise InputError(f"object store URL {url!r}: expected s3://bucket or s3://bucket/prefix")
+            raise InputError(f"object store URL{shown}: expected s3://bucket or s3://bucket/prefix")
         bucket, prefix = match.group(1), (match.group(2) or "").strip("/")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{1,254}", bucket):
-            raise InputError(f"object store URL {url!r}: {bucket!r} is not a bucket name")
+            raise InputError(f"object store URL{shown}: " + ("not a bucket name" if "@" in url else
+                                                               f"{bucket!r} is not a bucket name"))
         return cls(bucket, f"{prefix}/" if prefix else "")
 
     def key(self, name: str) -> str:
@@ -128,6 +134,47 @@ class StoreURL:
 
     def __str__(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
+
+
+_NO_USERINFO = ("must not hold a user name or password (user:password@), not repeated here: give the store's keys "
+                "as access_key_id_file and secret_access_key_file, or by the AWS chain")
+# botocore's validate_region_name, whose "$" would let a trailing newline through
+_REGION = re.compile(r"(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)", re.ASCII)
+
+
+def check_endpoint_url(url: str) -> None:
+    """That botocore can send requests to ``url``: http or https, a host, a port from 1 to 65535 if
+    any, no query; InputError if not.  A URL with user:password@ is refused without being repeated."""
+    if "@" in url:
+        raise InputError(f"endpoint URL: {_NO_USERINFO}")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port could not be cast to integer value as 'abc'"
+        problem = "expected a port from 1 to 65535" if "port" in str(exc).lower() else f"not a URL ({exc})"
+        raise InputError(f"endpoint URL {url!r}: {problem}") from None
+    if not re.fullmatch(r"[!-~]+", url):
+        problem = "has a space, a control character or a character outside ASCII"
+    elif parts.scheme not in ("http", "https"):
+        problem = "expected http:// or https://"
+    elif not parts.hostname:
+        problem = "names no host"
+    elif port == 0:
+        problem = "expected a port from 1 to 65535"
+    elif parts.query or parts.fragment:
+        problem = "must have no query (?...) or fragment (#...)"
+    elif not botocore.utils.is_valid_uri(url):
+        problem = "not a host name or IP address botocore accepts"
+    else:
+        return
+    raise InputError(f"endpoint URL {url!r}: {problem}")
+
+
+def check_region(region: str) -> None:
+    """That ``region`` is a region name botocore accepts (letters, digits and '-', as us-east-1)."""
+    if not _REGION.fullmatch(region):
+        raise InputError(f"region {region!r}: expected letters, digits and '-' (1 to 63, not all digits, "
+                         "no '-' first or last), as us-east-1")
 
 
 @dataclass(frozen=True)
@@ -286,6 +333,13 @@ class S3Store:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.url = StoreURL.parse(config.url)
+        try:  # checked before self.where repeats it in every message
+            if config.endpoint_url is not None:
+                check_endpoint_url(config.endpoint_url)
+            if config.region is not None:
+                check_region(config.region)
+        except InputError as bad:
+            raise StoreAccessError(f"object store {self.url}: {bad}") from None
         self.where = f"{self.url}" + (f" at {config.endpoint_url}" if config.endpoint_url else "")
         core = botocore.session.Session()
         key_files = None
@@ -295,10 +349,13 @@ class S3Store:
         try:
             session = boto3.session.Session(region_name=config.region, profile_name=config.profile,
                                             botocore_session=core)
-        except botocore.exceptions.ProfileNotFound as exc:
-            raise StoreAccessError(f"object store {self.where}: {exc}") from None
-        found = session.get_credentials()
-        frozen = found.get_frozen_credentials() if found is not None else None
+            found = session.get_credentials()
+            frozen = found.get_frozen_credentials() if found is not None else None
+        except botocore.exceptions.BotoCoreError as exc:
+            # ProfileNotFound, PartialCredentialsError (AWS_ACCESS_KEY_ID without the secret), ConfigParseError
+            # (a malformed ~/.aws/config), InvalidRegionError: their messages name a profile, a variable or a file
+            raise StoreAccessError(f"object store {self.where}: the AWS configuration: {_botocore_problem(exc)}") \
+                from None
         # the secrets this store signs with: scrubbed from every message, should a store echo one
         self._secrets = _Secrets(tuple(value for value in (
             frozen.secret_key if frozen else None, frozen.token if frozen else None) if value), key_files)
@@ -317,8 +374,12 @@ class S3Store:
         # reading the whole object back.
         self._checksums = config.request_checksums == "when_supported"
         verify: bool | str = str(config.ca_bundle) if config.ca_bundle is not None else config.verify_tls
-        self._client: S3Client = session.client("s3", endpoint_url=config.endpoint_url, verify=verify,
-                                                config=client_config)
+        try:
+            self._client: S3Client = session.client("s3", endpoint_url=config.endpoint_url, verify=verify,
+                                                    config=client_config)
+        except (ValueError, botocore.exceptions.BotoCoreError) as exc:  # what the checks above did not foresee
+            raise StoreAccessError(f"object store {self.where}: cannot make a client: "
+                                   f"{self._secrets.scrub(_botocore_problem(exc))}") from None
         self._clock = StoreClock()
         self._client.meta.events.register("after-call.s3", self._answered)  # errors' answers too
         # (key, upload id) of the multipart uploads whose abort failed (the store went away mid-upload):
@@ -696,6 +757,18 @@ def _base64(crc32: int) -> str:
 def _checksum_text(crc32: int) -> str:
     """A CRC32 as ``ObjectHead.checksum`` writes it."""
     return f"CRC32:{_base64(crc32)}"
+
+
+def _botocore_problem(exc: Exception) -> str:
+    """A botocore error before any request, in one line: its message where that names only a profile, a
+    variable, a file or a value of the configuration; else its kind (a credential_process's error, say,
+    may hold what it printed)."""
+    safe = (botocore.exceptions.ProfileNotFound, botocore.exceptions.PartialCredentialsError,
+            botocore.exceptions.ConfigParseError, botocore.exceptions.InvalidRegionError,
+            botocore.exceptions.NoRegionError, botocore.exceptions.ConfigNotFound, ValueError)
+    if isinstance(exc, safe):
+        return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return f"{type(exc).__name__} (see the AWS configuration and credentials)"
 
 
 def _code(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from ..protocol.codes import ER_CON_COUNT_ERROR
 from ..storage.gtidindex import GtidIndex, MysqlGtidIndex
 from ..storage.relaylog import RelayLog
 from ..storage.retention import RetentionKeeper
+from ..trio_run import open_listeners
 from . import queries
 from .binlogevents import binlog_events
 from .context import SessionContext
@@ -132,7 +133,7 @@ class Downstream:
         return [(name, self.relay_log.file_end(name)) for name in list(self.relay_log.served_files())]
 
     async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.config.listen.port, host=self.config.listen.host)
+        listeners = await open_listeners("listen", self.config.listen.host, self.config.listen.port)
         self.port = listeners[0].socket.getsockname()[1]
         log.info("listening for replicas on %s:%d", self.config.listen.host, self.port)
         task_status.started(self.port)

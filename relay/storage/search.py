@@ -13,6 +13,7 @@ summary on the last line of their index; the one that may is walked a span at mo
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 from ..binlog import events as ev
 from ..errors import InputError
-from ..gtid.gtid import BinlogState, Gtid, GtidError, format_gtid_position, parse_gtid_position
+from ..gtid.gtid import BinlogState, Gtid, format_gtid_position
 from ..gtid.mysqlgtid import GtidSet, MysqlGtidError, gtid_of_event, previous_gtids
 from ..gtid.spans import Span, SpanWalker, apply_span
 from .history import HistoryIndex, walk_file, walk_spans
@@ -119,20 +120,13 @@ class StoredHistory:
 
     def holding(self, text: str) -> dict[str, Any]:
         """Where MariaDB GTIDs ('0-1-100,1-2-5') are, or which files hold part of a MySQL GTID set."""
-        try:
-            wanted = parse_gtid_position(text)
-        except GtidError:
-            wanted = {}
-        if wanted:
+        wanted = parse_gtids(text)
+        if isinstance(wanted, dict):
             found = [self._find(gtid) for gtid in wanted.values()]
             return {"gtids": [{"gtid": str(gtid), "transaction": t.as_json() if t else None}
                               for gtid, t in zip(wanted.values(), found)],
                     "files": sorted({t.file for t in found if t}, key=self.files.index)}
-        try:
-            gtid_set = GtidSet.parse(text)
-        except (MysqlGtidError, ValueError):
-            raise SearchError(f"{text!r} is neither MariaDB GTIDs (0-1-100,1-2-5) nor a MySQL GTID set "
-                              "(3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5)") from None
+        gtid_set = wanted
         files = []
         for name in self.files:
             spans = [self.index.summary(name)] if name != self.files[-1] else self.index.spans(name)
@@ -183,21 +177,91 @@ class StoredHistory:
         return format_gtid_position(state.most_recent())
 
 
+# The moments a search takes: from 0001-01-01 to 9999-12-31 23:59:59 UTC, as datetime (and MariaDB's
+# DATETIME) has them.
+MIN_MOMENT, MAX_MOMENT = -62135596800, 253402300799
+MAX_UINT32, MAX_UINT64, MAX_GNO = 2**32 - 1, 2**64 - 1, 2**63 - 1  # MySQL's GNOs are 1 .. 2^63-1
+_MARIADB_GTID = re.compile(r"(\d+)-(\d+)-(\d+)", re.ASCII)
+_MYSQL_INTERVAL = re.compile(r"(\d+)(?:-(\d+))?", re.ASCII)
+_MYSQL_TAG = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}", re.ASCII)
+_MARIADB_FORM = "MariaDB GTIDs (0-1-100,1-2-5)"
+_MYSQL_FORM = "a MySQL GTID set (3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5)"
+
+
 def parse_moment(text: str) -> int:
     """'YYYY-MM-DD HH:MM:SS' (UTC unless an offset follows, e.g. +02:00) or '@SECONDS'."""
     from datetime import datetime
 
     text = text.strip()
-    if text.startswith("@") and text[1:].isdigit():
-        return int(text[1:])
+    if seconds := re.fullmatch(r"@(\d+)", text, re.ASCII):
+        moment = int(seconds.group(1)) if len(seconds.group(1)) <= 20 else MAX_MOMENT + 1
+    else:
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise SearchError(f"{text!r} is not a time: give 'YYYY-MM-DD HH:MM:SS' (UTC), with an offset such as "
+                              "'+02:00' for another zone, or '@' and seconds since the epoch") from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        moment = int(parsed.timestamp())
+    if not MIN_MOMENT <= moment <= MAX_MOMENT:
+        raise SearchError(f"{text!r} is not a time a search takes: it must be from year 1 to 9999 "
+                          f"(@{MAX_MOMENT} at most)")
+    return moment
+
+
+def parse_gtids(text: str) -> dict[int, Gtid] | GtidSet:
+    """``--gtid``: MariaDB GTIDs, one per domain ({domain: Gtid}), or a MySQL GTID set whose
+    intervals each name transactions (GNOs 1 to 2^63-1, low to high).  SearchError says what is wrong."""
+    parts = [part for part in (part.strip() for part in text.replace("\n", "").split(",")) if part]
+    if not parts:
+        raise SearchError(f"no GTID given: give {_MARIADB_FORM} or {_MYSQL_FORM}")
+    matches = [_MARIADB_GTID.fullmatch(part) for part in parts]
+    if all(matches):
+        return _mariadb_gtids(parts, [match.groups() for match in matches if match is not None])
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise SearchError(f"{text!r} is not a time: give 'YYYY-MM-DD HH:MM:SS' (UTC), with an offset such as "
-                          "'+02:00' for another zone, or '@' and seconds since the epoch") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp())
+        gtid_set = GtidSet.parse(text)
+    except (MysqlGtidError, ValueError):
+        raise SearchError(f"{text!r} is neither {_MARIADB_FORM} nor {_MYSQL_FORM}") from None
+    for part in parts:
+        _check_mysql_intervals(part)
+    return gtid_set
+
+
+def _mariadb_gtids(parts: list[str], numbers: list[tuple[str, ...]]) -> dict[int, Gtid]:
+    wanted: dict[int, Gtid] = {}
+    for part, digits in zip(parts, numbers, strict=True):
+        gtid = Gtid(*(int(n) if len(n) <= 20 else MAX_UINT64 + 1 for n in digits))  # within int()'s limit
+        for what, value, most in (("domain id", gtid.domain_id, MAX_UINT32),
+                                  ("server id", gtid.server_id, MAX_UINT32), ("seq_no", gtid.seq_no, MAX_UINT64)):
+            if value > most:
+                raise SearchError(f"GTID {part}: its {what} is over {most}, the largest there is")
+        if gtid.domain_id in wanted:
+            raise SearchError(f"GTIDs {wanted[gtid.domain_id]} and {gtid} are both of domain {gtid.domain_id}: "
+                              "a search takes one GTID per domain (search them one at a time)")
+        wanted[gtid.domain_id] = gtid
+    return wanted
+
+
+def _check_mysql_intervals(part: str) -> None:
+    """One uuid's part of a MySQL GTID set names transactions as MySQL would take them."""
+    items = [item for item in part.partition(":")[2].split(":") if item]
+    for item in items:
+        interval = _MYSQL_INTERVAL.fullmatch(item)
+        if interval is None:
+            if not _MYSQL_TAG.fullmatch(item):
+                raise SearchError(f"{part!r}: {item!r} is neither an interval (1-5) nor a tag")
+            continue
+        low = int(interval.group(1))
+        high = int(interval.group(2) or low)
+        if low == 0:
+            raise SearchError(f"{part!r}: interval {item}: MySQL numbers transactions (GNOs) from 1")
+        if high < low:
+            raise SearchError(f"{part!r}: interval {item} is reversed: give {high}-{low}")
+        if high > MAX_GNO:
+            raise SearchError(f"{part!r}: interval {item}: a GNO is at most {MAX_GNO}")
+    if not any(_MYSQL_INTERVAL.fullmatch(item) for item in items):
+        raise SearchError(f"{part!r} names no transaction: give its intervals, as {part.rstrip(':')}:1-5")
 
 
 def _may_hold(span: Span, gtid: Gtid) -> bool:

@@ -742,3 +742,122 @@ def test_the_archive_writer_lease_leaves_room_for_its_renewals():
     assert parse_config(minimal(), {}).archive.writer_lease == 60
     assert errors_of(with_(minimal(), "archive.writer_lease", 3)) == [
         "archive.writer_lease: must be at least 4 s (the writer renews its record every quarter of it), got 3"]
+
+
+# --- values YAML reads as aliases, anchors and tags ------------------------------------------
+
+
+@pytest.mark.parametrize("value, kind", [
+    ("*6BB4837EB74329105EE4568DDA7DC67ED2CA2AD9", "undefined alias"),  # a password_hash left unquoted
+    ("*hunter2secret", "undefined alias"),
+    ("*Tr0ub4dor&3", "malformed alias"),
+    ("!Tr0ub4dor", "unknown tag"),
+    ("!x!Tr0ub4dor", "undefined tag"),
+    ("!%Tr0ub4dor", "malformed tag"),
+    ("!!int Tr0ub4dor", "its tag (!!int, !!float, ...) does not take"),
+])
+def test_yaml_errors_about_aliases_and_tags_do_not_quote_the_value(tmp_path, value, kind):
+    path = write(tmp_path, f"server_id: 1\ndata_dir: /d\nupstream:\n  host: h\n  user: u\n  password: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    (message,) = info.value.errors
+    assert re.match(rf"{re.escape(str(path))}:6:\d+: YAML syntax error: ", message)
+    assert kind in message and "quote a value that starts with *, & or !" in message
+    assert "Tr0ub4dor" not in message and "hunter2" not in message and "6BB4837E" not in message
+
+
+def test_a_duplicate_anchor_is_not_named(tmp_path):
+    path = write(tmp_path, "server_id: &Tr0ub4dor 1\ndata_dir: &Tr0ub4dor /d\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert info.value.errors == [f"{path}:2:11: YAML syntax error: duplicate anchor (a value that starts with &); "
+                                 "quote a value that starts with *, & or ! (a password, say)"]
+
+
+@pytest.mark.parametrize("value", ["&Tr0ub4dor", "!"])
+def test_an_anchor_or_tag_on_an_empty_value_is_not_an_empty_password(tmp_path, value):
+    """"password: &Tr0ub4dor" is YAML for an anchor on an empty value: without the check, no password."""
+    path = write(tmp_path, f"server_id: 1\ndata_dir: /d\nupstream:\n  host: h\n  user: u\n  password: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, {})
+    assert info.value.errors == [f"{path}:6:13: YAML syntax error: an empty value with an anchor (&) or a tag (!); "
+                                 "quote a value that starts with *, & or ! (a password, say)"]
+
+
+def test_anchors_aliases_and_tags_that_yaml_means_still_load(tmp_path):
+    path = write(tmp_path, """
+server_id: !!int 1
+data_dir: !!str /d
+upstream: &up {host: h, user: u, password: "&Tr0ub4dor"}
+listen: &l {host: 127.0.0.1}
+semi_sync: {}
+users:
+  - {name: a, password: '*hunter2'}
+  - {name: b, password: "!x", admin: !!bool true}
+metrics: {<<: *l, port: 9200}
+""")
+    config = load_config(path, {})
+    assert config.upstream.password.reveal() == "&Tr0ub4dor"
+    assert [u.password.reveal() for u in config.users] == ["*hunter2", "!x"]
+    assert (config.metrics.host, config.metrics.port) == ("127.0.0.1", 9200)
+
+
+# --- the archive's endpoint, region and URLs -------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint, problem", [
+    ("http://[::1", "not a URL (Invalid IPv6 URL)"),
+    ("http://:9000", "names no host"),
+    ("http://%zz", "not a host name or IP address botocore accepts"),
+    ("http://host:abc", "expected a port from 1 to 65535"),
+    ("http://127.0.0.1:-5", "expected a port from 1 to 65535"),
+    ("http://127.0.0.1:0", "expected a port from 1 to 65535"),
+    ("http://127.0.0.1:65536", "expected a port from 1 to 65535"),
+    ("ftp://minio:9000", "expected http:// or https://"),
+    ("http://minio:9000?x=1", "must have no query (?...) or fragment (#...)"),
+    ("http://minio:9000\n", "has a space, a control character or a character outside ASCII"),
+])
+def test_an_endpoint_url_botocore_cannot_use_is_a_configuration_error(endpoint, problem):
+    assert errors_of(with_(minimal(), "archive.endpoint_url", endpoint)) == [
+        f"archive.endpoint_url: endpoint URL {endpoint!r}: {problem}"]
+
+
+@pytest.mark.parametrize("endpoint", ["http://minio:9000", "https://s3.example.com", "http://[::1]:9000/s3",
+                                      "http://127.0.0.1:1"])
+def test_good_endpoint_urls_pass(endpoint):
+    config = parse_config(with_(with_(minimal(), "archive.endpoint_url", endpoint), "archive.url", "s3://bk/p"), {})
+    assert config.archive.endpoint_url == endpoint
+
+
+@pytest.mark.parametrize("region", ["us east 1", "us_east_1", "123", "-eu", "eu-", "us-east-1\n", "a" * 64])
+def test_a_region_botocore_refuses_is_a_configuration_error(region):
+    assert errors_of(with_(minimal(), "archive.region", region)) == [
+        f"archive.region: region {region!r}: expected letters, digits and '-' (1 to 63, not all digits, no '-' "
+        "first or last), as us-east-1"]
+    assert parse_config(with_(minimal(), "archive.region", "eu-central-1"), {}).archive.region == "eu-central-1"
+
+
+@pytest.mark.parametrize("key, url", [
+    ("endpoint_url", "http://minioadmin:S3cretKey@127.0.0.1:9000"),
+    ("endpoint_url", "http://minioadmin:S3cret/Key@127.0.0.1:9000"),
+    ("url", "s3://AKIAEXAMPLE:S3cretKey@bucket/q"),
+    ("url", "s3://AKIAEXAMPLE:S3cret/Key@bucket/q"),
+])
+def test_a_user_and_password_in_an_archive_url_is_refused_unrepeated(key, url):
+    (message,) = errors_of(with_(minimal(), f"archive.{key}", url))
+    assert message.startswith(f"archive.{key}: ")
+    assert "S3cret" not in message and "AKIAEXAMPLE" not in message and "minioadmin" not in message
+    environ = {f"BINLOG_RELAY_ARCHIVE_{key.upper()}": url}
+    (message,) = errors_of(minimal(), environ)
+    assert "S3cret" not in message and "AKIAEXAMPLE" not in message and "minioadmin" not in message
+
+
+def test_listen_and_metrics_on_one_port_is_a_configuration_error():
+    """The relay would stop at its start with "Address already in use" of its own listener."""
+    assert errors_of(with_(minimal(), "listen.port", 9104)) == [
+        "metrics.port: 9104 is listen.port too, on the same address: the relay could not start"]
+    two_hosts = with_(with_(with_(minimal(), "listen.port", 9104), "listen.host", "127.0.0.1"), "metrics.host", "::1")
+    assert parse_config(two_hosts, {}).metrics.port == 9104
+    assert parse_config(with_(with_(minimal(), "listen.port", 9104), "metrics.host", "::"), {}).metrics.port == 9104
+    assert errors_of(with_(with_(minimal(), "listen.port", 9104), "metrics.host", "10.0.0.1"))
+    assert parse_config(with_(with_(minimal(), "listen.port", 9104), "metrics.enabled", False), {}).listen.port == 9104
