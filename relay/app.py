@@ -119,7 +119,7 @@ class Relay:
         self.registry = Registry()
         self.upstream = Upstream(upstream_settings(config), self.relay_log, self.registry)
         if settings is not None:
-            archiver = self.archiver = Archiver(settings, self.relay_log)
+            archiver = self.archiver = Archiver(settings, self.relay_log, files_in_use=self.registry.files_in_use)
             self.relay_log.shelf = ArchiveShelf(Path(config.data_dir), lambda: archiver.files, archiver.fetch_file)
         retention = config.storage.retention
         self.replica_book = ReplicaBook(Path(config.data_dir), retention.replica_grace)

@@ -142,9 +142,11 @@ class ArchiveStatus:
 
 class Archiver:
     def __init__(self, settings: ArchiveSettings, relay_log: RelayLog,
-                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store) -> None:
+                 open_store_for: Callable[[StoreConfig], ObjectStore] = open_store,
+                 files_in_use: Callable[[], set[str]] = set) -> None:
         self.settings = settings
         self.relay_log = relay_log
+        self.files_in_use = files_in_use  # the files dumps read: archive.retention keeps them and what follows
         self.status = ArchiveStatus()
         self._open_store = open_store_for
         self.store: ObjectStore | None = None
@@ -155,6 +157,8 @@ class Archiver:
         # local files known to equal their archived copy: only these may leave the disk for the archive's
         self._checked: set[str] = load_checked(Path(relay_log.data_dir), self.url)
         self._differs: set[str] = set()  # local files whose archived copy is other bytes or unreadable
+        self._told_unconfirmed: set[str] = set()  # files the log said wait for the primary's size
+        self._unreadable: set[str] = set()  # archived files whose first events could not be read (logged once)
         self._catalog_disk_full = False  # its last write failed for want of space
         self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
         self._growing: dict[str, GrowingFile] = {}  # the newest file, uploaded as ingest writes it
@@ -184,14 +188,21 @@ class Archiver:
         return {name for name in listed if name in self._checked or name not in stored}
 
     def pending(self) -> list[str]:
-        """The closed stored files not archived yet, oldest first (the newest file is still written)."""
+        """The closed stored files not archived yet, oldest first (the newest file is still written).
+        Not a damaged one, nor one a power cut may have cut short at a group end until the upstream
+        has compared it with the primary's: archived short, the primary's whole copy would be lost
+        once it purges its own."""
         closed = self.relay_log.files[:-1]
         return [name for name in closed if name not in self.files and name not in self.relay_log.damaged
-                and name not in self._unverifiable]
+                and name not in self.relay_log.unconfirmed and name not in self._unverifiable]
 
     def _closed_to_upload(self) -> list[str]:
         """What the closed files' uploads take: the pending files but those whose upload followed
         them while they were written and is finishing."""
+        for name in self.relay_log.unconfirmed - self._told_unconfirmed:
+            self._told_unconfirmed.add(name)
+            log.info("archive: %s is archived once compared with the primary's copy: it does not end with a "
+                     "ROTATE (a primary that crashed, or a power cut that cut it short)", name)
         return [name for name in self.pending() if name not in self._growing]
 
     def lag(self) -> tuple[int, int]:
@@ -343,12 +354,26 @@ class Archiver:
             log.warning("archive %s: %d file(s) the local catalog lists are not in the archive (%s ...): "
                         "archived again if still stored", self.url, len(gone), min(gone))
         for name, start in starts.items():  # listed from the store: its first events are read once
+            if isinstance(start, ArchiveError):
+                self._unreadable_start(name, start)
+                continue
             listed[name] = replace(listed[name], start_state=start.gtid_list, previous_gtids=start.previous_gtids)
         # uploaded meanwhile
         listed.update((name, archived) for name, archived in self.files.items() if name not in known)
         if listed != self.files:
             self.files = listed
             self._catalog_changed.set()
+
+    def _unreadable_start(self, name: str, exc: ArchiveError) -> None:
+        """An archived file whose first events cannot be read stays listed, its start unknown (a dump
+        reaching it gets the error of its read); the listing and the other files go on."""
+        if name in self._unreadable:
+            return
+        self._unreadable.add(name)
+        self.status.failed("read")
+        if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
+            self.status.damaged_reads += 1
+        log.error("archive %s: the archived %s cannot be read: %s", self.url, name, exc)
 
     def _uploading(self) -> bool:
         """This relay writes the archive, has listed it since connecting, and waits for no relay it replaced."""
@@ -618,6 +643,8 @@ class Archiver:
         store = self.store
         for name in doomed:
             assert store is not None
+            if name in self._read_now():  # a dump came to it while the files before were deleted
+                break
             try:
                 await trio.to_thread.run_sync(delete_archived, store, name)
             except RelayError:
@@ -630,17 +657,22 @@ class Archiver:
 
     def to_delete(self, now: float) -> list[str]:
         """archive.retention: the oldest archived files beyond max_files or older than max_age,
-        never one still stored locally (it would only be archived again)."""
+        never one still stored locally (it would only be archived again), nor one a dump or SHOW
+        BINLOG EVENTS reads or the files after it (a primary's PURGE stops at a log in use too)."""
         names = sorted(self.files)
-        local = set(self.relay_log.files)
+        kept = set(self.relay_log.files) | self._read_now()
         doomed = []
         for index, name in enumerate(names):
             too_many = self.settings.max_files is not None and len(names) - index > self.settings.max_files
             too_old = self.settings.max_age is not None and now - self.files[name].archived_at > self.settings.max_age
-            if not (too_many or too_old) or name in local:
+            if not (too_many or too_old) or name in kept:
                 break  # oldest first, as the local retention
             doomed.append(name)
         return doomed
+
+    def _read_now(self) -> set[str]:
+        shelf = self.relay_log.shelf
+        return self.files_in_use() | (shelf.in_use() if shelf is not None else set())
 
     # ------------------------------------------------------------ reading back
 

@@ -155,6 +155,10 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     before the meta is stored, and raises if this relay may no longer write the archive."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
     source = chunks(chunk_size) if chunks is not None else _file_chunks(path, chunk_size)
+    if store.head(meta_key(name)) is not None:
+        # committed by an upload whose answer was lost: the object it names is never written over,
+        # the meta leaves first (a kill between the two PUTs then leaves the file unarchived)
+        store.delete(meta_key(name))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
         sent = store.put(object_key(name), _object_frames(source, writer, pool, workers))
     meta = writer.meta
@@ -506,12 +510,21 @@ def _listed_meta(store: ObjectStore, name: str) -> ObjectMeta | None:
     return None
 
 
-def read_file_starts(store: ObjectStore, names: Iterable[str], keks: Iterable[Kek]) -> dict[str, FileStartGtids]:
-    """read_file_start_gtids of each of ``names``, LISTING_FETCHES at once."""
+def read_file_starts(store: ObjectStore, names: Iterable[str],
+                     keks: Iterable[Kek]) -> dict[str, FileStartGtids | ArchiveError]:
+    """read_file_start_gtids of each of ``names``, LISTING_FETCHES at once; for an object that
+    cannot be read (damaged, its key missing), why: one such file must not hide the others."""
     keks = tuple(keks)
     names = list(names)
+
+    def one(name: str) -> FileStartGtids | ArchiveError:
+        try:
+            return read_file_start_gtids(store, name, keks)
+        except ArchiveError as exc:
+            return exc
+
     with ThreadPoolExecutor(max_workers=LISTING_FETCHES, thread_name_prefix="archive-list") as pool:
-        return dict(zip(names, pool.map(lambda name: read_file_start_gtids(store, name, keks), names), strict=True))
+        return dict(zip(names, pool.map(one, names), strict=True))
 
 
 def delete_archived(store: ObjectStore, name: str) -> None:

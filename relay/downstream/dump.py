@@ -184,7 +184,7 @@ class Dump:
         relay_log = self.context.relay_log
         while (pending := reader.first_file_pending()) is not None:
             if isinstance(pending, FetchArchived):
-                await self._fetch_archived(pending.file, position=reader.position)
+                await self._fetch_archived(reader, pending.file, position=reader.position)
             elif self.request.blocking:
                 if relay_log.tail_may_be_lost() and reader.past_the_stored_end():
                     self._log_lost_tail_wait(f"asks for {reader.file}:{reader.position}, past the stored end")
@@ -231,7 +231,7 @@ class Dump:
                 elif isinstance(step, FetchArchived):
                     self.conn.send_events([outbound.announce(step.file)])
                     await self.flush()
-                    await self._fetch_archived(step.file, acks_watch=self.wants_acks)
+                    await self._fetch_archived(reader, step.file, acks_watch=self.wants_acks)
                 elif isinstance(step, FetchGoesOn):
                     await self.flush()
                     shelf = self.context.relay_log.shelf
@@ -248,10 +248,11 @@ class Dump:
         except StoredFileDamaged as damage:
             raise self._damaged(damage) from None
 
-    async def _fetch_archived(self, file: str, acks_watch: bool = False, position: int = 4) -> None:
+    async def _fetch_archived(self, reader: TailReader, file: str, acks_watch: bool = False,
+                              position: int = 4) -> None:
         """An archived file the dump reaches is fetched back (once for every dump reading it): its
         copy is read as it grows, so the dump goes on once its first events (or those at
-        ``position``, where a dump starts) are there."""
+        ``position``, where a dump starts) are there, the reader holding the copy."""
         shelf = self.context.relay_log.shelf
         assert shelf is not None  # only a relay log with an archive names archived files
 
@@ -259,6 +260,7 @@ class Dump:
             copy = await shelf.begin(file)
             if position > 4:
                 await shelf.wait(copy, position)
+            reader.hold(file)  # before any checkpoint: the copy could leave the shelf meanwhile
 
         await self._wait_for_archive(first_events(), file, position, acks_watch)
 

@@ -10,7 +10,7 @@ import logging
 import trio
 
 from ..protocol.codes import BINLOG_DUMP_NON_BLOCK
-from ..replication.stream import IngestStream, ResumePoint, StreamError
+from ..replication.stream import IngestStream, ResumePoint, Segment, StreamError, UpstreamEnded
 from ..storage.relaylog import RelayLog
 from ..storage.repair import FetchedCopy
 from .connection import RECEIVE_SIZE, PrimaryConnection, connect
@@ -49,9 +49,23 @@ async def _dump_file(conn: PrimaryConnection, settings: UpstreamSettings, relay_
                 data = await conn.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 raise ConnectionError("the primary closed the connection")
-            for segment in stream.receive(data):
-                if segment.file != name:  # the next file begins: this one is whole
-                    return copy
-                if segment.start != copy.end:
-                    raise StreamError(f"{name}: the primary sent {segment.start}, expected {copy.end}")
-                copy.append(segment.chunks)
+            ended: UpstreamEnded | None = None
+            try:
+                segments = stream.receive(data)
+            except UpstreamEnded as end:  # the whole dump may come in one read, its EOF with it
+                segments, ended = end.segments, end
+            if _copied(copy, segments, name):
+                return copy
+            if ended is not None:
+                raise ended
+
+
+def _copied(copy: FetchedCopy, segments: list[Segment], name: str) -> bool:
+    """Appends ``segments`` of ``name`` to the copy; True once the next file begins (it is whole)."""
+    for segment in segments:
+        if segment.file != name:
+            return True
+        if segment.start != copy.end:
+            raise StreamError(f"{name}: the primary sent {segment.start}, expected {copy.end}")
+        copy.append(segment.chunks)
+    return False

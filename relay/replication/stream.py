@@ -127,7 +127,12 @@ class StreamError(InputError):
 
 
 class UpstreamEnded(RetryableError):
-    """The primary ended the dump with EOF (it is shutting down or killed the dump thread)."""
+    """The primary ended the dump with EOF (it is shutting down or killed the dump thread, or a
+    non-blocking dump reached its end); ``segments``: what the same read brought before it."""
+
+    def __init__(self, message: str, segments: list[Segment] | None = None) -> None:
+        super().__init__(message)
+        self.segments = segments or []
 
 
 @dataclass
@@ -287,7 +292,7 @@ class IngestStream:
     def _one(self, payload: bytes | memoryview, segments: list[Segment], current: Segment | None) -> Segment | None:
         """Handle one payload the slow, general way; returns the segment now being filled."""
         if payload[0] != EVENT_PACKET:
-            self._end_of_stream(payload)
+            self._end_of_stream(payload, segments)
         if len(payload) < 1 + ev.HEADER_LEN:
             raise StreamError(f"truncated event ({len(payload) - 1} bytes) in {self.file} near {self.position}")
         timestamp, etype, _server_id, length, log_pos, flags = _HEADER_AFTER_STATUS.unpack_from(payload, 0)
@@ -399,12 +404,12 @@ class IngestStream:
         raise StreamError(f"event {ev.event_name(etype)} ending at {self.file}:{log_pos} failed its CRC32 "
                           "check: the binlog or the network corrupted it")
 
-    def _end_of_stream(self, payload: bytes | memoryview) -> None:
+    def _end_of_stream(self, payload: bytes | memoryview, segments: list[Segment]) -> None:
         if payload[0] == ERR_PACKET:
             error = parse_err(payload)
             raise error
         if is_eof(payload):
-            raise UpstreamEnded("the primary ended the binlog dump (EOF)")
+            raise UpstreamEnded("the primary ended the binlog dump (EOF)", segments)
         raise StreamError(f"unexpected packet 0x{payload[0]:02x} in the binlog stream")
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..binlog import events as ev
 from ..binlog.names import file_number, next_file_name
 from ..errors import Refusal
+from .files import IN_USE_FLAG_OFFSET
 from .relaylog import RelayLog
 from .scan import BLOCK_SIZE, read_batch
 from .shelf import ShelfCopy
@@ -37,10 +39,21 @@ class StoredFileDamaged(Refusal):
     file and the position, as a primary's read error does)."""
 
     def __init__(self, what: str, file: str, position: int) -> None:
-        super().__init__(f"{what}; the first event '{file}' at {position}, the last event read from '{file}' at "
-                         f"{position}, the last byte read from '{file}' at {position}.")
+        super().__init__(_read_error(what, file, position))
         self.file = file
         self.position = position
+
+
+class FileGone(Refusal):
+    """The file a dump was reading left the history under it (purged): the primary's ERR 1236."""
+
+    def __init__(self, file: str, position: int) -> None:
+        super().__init__(_read_error("could not find next log", file, position))
+
+
+def _read_error(what: str, file: str, position: int) -> str:
+    return (f"{what}; the first event '{file}' at {position}, the last event read from '{file}' at {position}, "
+            f"the last byte read from '{file}' at {position}.")
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,8 @@ class TailReader:
     def __init__(self, relay_log: RelayLog, file: str, position: int) -> None:
         self.relay_log = relay_log
         self.file = file
+        # the start as the client named it: a primary's refusal of a start names '.' for no file
+        self._named = file or "."
         self.position = position
         self._stored: BinaryIO | None = None
         # A finished file is read through a mapping of it, not copied into the dump's buffer:
@@ -101,13 +116,20 @@ class TailReader:
         self._opened: FileStart | None = None  # the file just entered, not yet handed out
         self.checksummed = False  # the current file's events end in a CRC32, checked as they are read
         self._pinned: str | None = None  # the archived file whose fetched copy is open
+        self._held: str | None = None  # the archived file fetched for the dump, until it enters it
         self._copy: ShelfCopy | None = None  # ... while it is still being fetched
 
     def first_file_pending(self) -> NothingYet | FetchArchived | None:
         """A relay that just started, or is one rotation behind its primary, may be asked for a
         file it does not have yet but soon will, or whose first event it has not committed yet: a
         blocking dump waits for it (ERR 1236 would stop a replica's IO thread for good)."""
+        if not self.file and self.relay_log.shelf is not None:
+            served = self.relay_log.served_files()
+            if served and self.relay_log.archived_only(served[0]):
+                self.file = served[0]  # a dump that names no file starts at the oldest, archived or not
         if self.file and self.relay_log.archived_only(self.file):
+            if not 4 <= self.position <= self.relay_log.file_end(self.file):
+                return None  # start() refuses it as a primary does, with nothing fetched
             copy = self.relay_log.shelf.entry(self.file)  # type: ignore[union-attr]
             # its first events, and those at the start asked for, fetched back (or being fetched)
             wanted = copy is None or not copy.complete and copy.ready <= self.position
@@ -142,8 +164,7 @@ class TailReader:
         files = self.relay_log.served_files()
         file = self.file or (files[0] if files else "")
         if file not in files:
-            raise StartRefused(_position_error(
-                "Could not find first log file name in binary log index file", file, self.position))
+            raise StartRefused("Could not find first log file name in binary log index file")
         self._check_position(file, self.position)
         self._enter(file, self.position, first=True)
 
@@ -170,7 +191,9 @@ class TailReader:
         committed = self.relay_log.committed
         if committed is not None and committed[0] != self.file:
             files = self.relay_log.served_files()
-            index = files.index(self.file) + 1 if self.file in files else len(files)
+            if self.file not in files:  # purged under the dump (retention spares a file a dump reads)
+                raise FileGone(self.file, self.position)
+            index = files.index(self.file) + 1
             if index < len(files) and committed != (files[index], 4):  # the next file's FDE is committed
                 if self.relay_log.read_path(files[index]) is None:
                     return FetchArchived(files[index])
@@ -255,21 +278,39 @@ class TailReader:
             self.relay_log.shelf.done_reading(self._pinned)
         self._pinned = None
         self._copy = None
+        self._release_held()
 
     def _file(self) -> BinaryIO:
         assert self._stored is not None, "read before start()"
         return self._stored
 
+    def hold(self, file: str) -> None:
+        """Keeps the copy of the archived ``file``, just fetched for the dump, until the dump enters
+        it: called before the dump's next checkpoint (ArchiveShelf.begin)."""
+        shelf = self.relay_log.shelf
+        if shelf is not None and self._held != file:
+            shelf.reading(file)
+            self._release_held()
+            self._held = file
+
+    def _release_held(self) -> None:
+        if self._held is not None and self.relay_log.shelf is not None:
+            self.relay_log.shelf.done_reading(self._held)
+        self._held = None
+
     def _enter(self, file: str, position: int, first: bool) -> None:
-        self.close()
         path = self.relay_log.read_path(file)
         if path is None:
+            self.close()
             raise StoredFileDamaged("the archived file was not fetched back", file, 4)
+        shelf = self.relay_log.shelf if self.relay_log.archived_only(file) else None
+        if shelf is not None:
+            shelf.reading(file)  # its copy stays while it is read (pinned before close lets the last hold go)
+        self.close()
         end = path.stat().st_size
-        if self.relay_log.archived_only(file) and self.relay_log.shelf is not None:
-            self.relay_log.shelf.reading(file)  # its copy stays while it is read
+        if shelf is not None:
             self._pinned = file
-            copy = self.relay_log.shelf.entry(file)
+            copy = shelf.entry(file)
             if copy is not None and not copy.complete:
                 self._copy, end = copy, copy.end()  # read as it grows, as the file ingest writes
         self._stored = open(path, "rb")  # noqa: SIM115 - held across polls, closed by close()
@@ -296,22 +337,66 @@ class TailReader:
     def _check_position(self, file: str, position: int) -> None:
         end = self.relay_log.file_end(file)
         if position < 4 or position > end:
-            raise StartRefused(_position_error(
-                "Client requested master to start replication from impossible position", file, position))
+            named = self._named
+            raise StartRefused(f"Client requested master to start replication from impossible position; the first "
+                               f"event '{named}' at {position}, the last event read from '{named}' at 4, the last "
+                               f"byte read from '{named}' at 4.")
         if position in (4, end):
             return
-        with open(self.relay_log.read_path(file) or self.relay_log.path(file), "rb") as stored:
-            stored.seek(position)
-            header = stored.read(ev.HEADER_LEN)
+        path = self.relay_log.read_path(file)
+        if path is None:
+            raise StoredFileDamaged("the archived file was not fetched back", file, 4)
+        current = file == self.relay_log.files[-1]
+        with open(path, "rb") as stored:
+            def read_at(offset: int, size: int) -> bytes:
+                data = os.pread(stored.fileno(), min(size, end - offset), offset)
+                if current and offset <= IN_USE_FLAG_OFFSET < offset + len(data):
+                    # the primary's file still open has its FDE's BINLOG_IN_USE flag set (its dump
+                    # sends the FDE with the flag cleared, as the relay stores it)
+                    flagged = bytearray(data)
+                    flagged[IN_USE_FLAG_OFFSET - offset] |= ev.LOG_EVENT_BINLOG_IN_USE_F
+                    return bytes(flagged)
+                return data
+
+            header = read_at(position, ev.HEADER_LEN)
+            if len(header) == ev.HEADER_LEN:
+                parsed = ev.EventHeader.parse(header)
+                if parsed.event_length >= ev.HEADER_LEN and parsed.start_pos & 0xFFFFFFFF == position & 0xFFFFFFFF:
+                    return  # an event starts there
+            what, last_event, last_byte = primary_read_failure(read_at, position, end)
+        raise StartRefused(f"{what}; the first event '{self._named}' at {position}, the last event read from "
+                           f"'{file}' at {last_event}, the last byte read from '{file}' at {last_byte}.")
+
+
+# What a MariaDB dump thread says when a read fails (sql_repl.cc, set_read_error)
+READ_BOGUS = "bogus data in log event"
+READ_TRUNCATED = "binlog truncated in the middle of event; consider out of disk space on master"
+READ_TOO_LARGE = "log event entry exceeded max_allowed_packet; Increase max_allowed_packet on master"
+DUMP_MAX_PACKET = 1 << 30  # a dump thread's max_allowed_packet (MAX_MAX_ALLOWED_PACKET): a longer event is refused
+_WALK_LIMIT = 100_000
+
+
+def primary_read_failure(read_at: Callable[[int, int], bytes], position: int, end: int) -> tuple[str, int, int]:
+    """What a MariaDB primary reports for a dump started at ``position``, not the start of an event,
+    in a file of ``end`` bytes: (its message, where its last read began, where it stopped).  Its
+    dump thread reads an event header there (Log_event::read_log_event) and, while the length it
+    finds fits the file, sends those bytes as an event and reads on from their end: it checks no
+    CRC32 (master_verify_checksum is off by default).  The relay sends none of those bytes; where
+    the walk lands on the end of the file, or goes on too long, a primary would send them all
+    without an error, and the relay says the bytes are bogus."""
+    at = position
+    for _ in range(_WALK_LIMIT):
+        if at >= end:
+            break
+        header = read_at(at, ev.HEADER_LEN)
         if len(header) < ev.HEADER_LEN:
-            raise StartRefused(_position_error("bogus data in log event", file, position))
-        parsed = ev.EventHeader.parse(header)
-        if parsed.event_length < ev.HEADER_LEN or parsed.start_pos & 0xFFFFFFFF != position & 0xFFFFFFFF:
-            raise StartRefused(_position_error(
-                "Client requested master to start replication from impossible position (not the start of "
-                "an event)", file, position))
-
-
-def _position_error(message: str, file: str, position: int) -> str:
-    return (f"{message}; the first event '{file}' at {position}, the last event read from '{file}' at 4, "
-            f"the last byte read from '{file}' at 4.")
+            return READ_TRUNCATED, at, at
+        length = int.from_bytes(header[9:13], "little")
+        if length < ev.HEADER_LEN:
+            return READ_BOGUS, at, at + ev.HEADER_LEN
+        if length > DUMP_MAX_PACKET:
+            return READ_TOO_LARGE, at, at + ev.HEADER_LEN
+        if at + length > end:
+            return READ_TRUNCATED, at, at + ev.HEADER_LEN
+        at += length
+    return READ_BOGUS, position, position

@@ -60,6 +60,8 @@ class RelayLog:
         self.damaged: dict[str, int] = {}  # closed files cut short on disk: where their whole events end
         self.shelf: ArchiveShelf | None = None  # with an archive: the archived files, fetched back for dumps
         self._repair_until = 0.0  # dumps wait until then for the first re-fetch of the damaged files
+        # closed files not ending with a ROTATE or STOP, not yet compared with the primary's: cut short?
+        self.unconfirmed: set[str] = set()
         self._lost_tail_until = 0.0  # ... and for coordinates past the end, which a cut may have taken
         self.committed: tuple[str, int] | None = None  # what readers may read up to
         self._last_event_start = 4
@@ -157,6 +159,7 @@ class RelayLog:
                     # a primary that crashed, or a power cut that took the tail (whole events may
                     # remain): the primary's size tells, once the upstream connects
                     self._repair_until = time.monotonic() + REPAIR_WAIT_SECONDS
+                    self.unconfirmed.add(name)
                 end = closed_file_end(stream, size)
             if end != size:
                 self.damaged[name] = end
@@ -192,8 +195,9 @@ class RelayLog:
 
     def repairs_tried(self) -> None:
         """The upstream checked the closed files against the primary's and fetched again what it
-        could: the waiting dumps go on."""
+        could: the waiting dumps go on, and the archive may take the files it waited for."""
         self._repair_until = 0.0
+        self.unconfirmed.clear()
         self._wake_readers()
 
     def replace_damaged(self, name: str, fetched: Path) -> bool:

@@ -144,7 +144,7 @@ class ArchiveShelf:
     async def begin(self, name: str) -> ShelfCopy:
         """The copy of the archived ``name``, its fetch started unless it is on the shelf already;
         returned once its first event is there.  The caller registers as its reader (``reading``)
-        before its next checkpoint, or the fetch may stop for want of readers."""
+        before its next checkpoint, or the fetch may stop, and the copy leave, for want of readers."""
         copy = self._copies.get(name)
         if copy is None or copy.error is not None or copy.stop.is_set():
             copy = self._start_fetch(name)
@@ -214,6 +214,9 @@ class ArchiveShelf:
 
         try:
             await run_abandonable(self.fetch_file, copy.name, copy.path, copy.stop.is_set, written)
+            if self._copies.get(copy.name) is not copy:  # stopped, and a newer fetch took its place
+                copy.path.unlink(missing_ok=True)
+                return
             final = self.dir / copy.name
             copy.path.rename(final)
         except trio.Cancelled:  # the relay is stopping
@@ -230,6 +233,7 @@ class ArchiveShelf:
             copy.changed()
             return
         copy.path, copy.ready, copy.complete = final, copy.size, True
+        self._copies.move_to_end(copy.name)  # its waiters are about to read it: the last to leave
         copy.changed()
         log.info("archive: %s fetched back for a dump (%d bytes)", copy.name, copy.size)
         self._evict()
@@ -243,5 +247,12 @@ class ArchiveShelf:
     def _evict(self) -> None:
         whole = [name for name, copy in self._copies.items() if copy.complete]
         for name in whole[:max(0, len(whole) - self.keep)]:
-            if name not in self._readers:  # an open copy stays: the dump holds it mapped
+            # an open copy stays (the dump holds it mapped), and one whose waiters were woken
+            if name not in self._readers and not self._copies[name].waiting:
                 self._copies.pop(name).path.unlink(missing_ok=True)
+
+    def in_use(self) -> set[str]:
+        """The archived files a reader holds or a fetch brings back: archive.retention keeps them."""
+        fetching = {name for name, copy in self._copies.items()
+                    if copy.waiting or not (copy.complete or copy.stop.is_set() or copy.error)}
+        return fetching | set(self._readers)

@@ -12,11 +12,15 @@ import json
 import os
 import signal
 
+from relay.archive.objects import ArchivedFileReader, list_archive
+from relay.archive.store import open_store
+from relay.binlog.events import GTID_EVENT
 from relay.sandbox.binlogfiles import BINLOG_MAGIC, split_events
 from relay.sandbox.mariadb import REPL_USER
 from relay.sandbox.polling import wait_for
 from relay.sandbox.replication import FIRST_FILE, attach_replica, is_stopped, replica_summary
 from relay.storage.index import read_index
+from tests.integration.test_archive import archive_config, relay_holds_the_primarys_newest, write_files
 from tests.support.faults import converged
 
 XID_EVENT = 16
@@ -82,3 +86,42 @@ def test_replicas_ahead_of_a_lost_tail_wait_for_it_to_be_fetched_again(mariadb_f
     converged(primary, relay, [by_position, by_gtid])
     rows = by_gtid.sql("SELECT COUNT(*), MAX(id) FROM lost_tail.t")[0]
     assert tuple(map(int, rows)) == (TRANSACTIONS, TRANSACTIONS)
+
+
+def test_a_closed_file_a_cut_shortened_is_archived_only_once_it_is_whole_again(mariadb_factory, relay_factory,
+                                                                               s3_server):
+    """A power cut (`sync: none`) that took a closed file's last transaction and its ROTATE leaves
+    whole events ending at a group end: the file looks closed.  Archived like that before the
+    upstream compares it with the primary's, the short copy would be the one kept once the primary
+    purges its own.  Here the primary refuses the relay's login at first: the other closed files
+    are archived, that one waits; let in, the relay fetches it again and archives it whole."""
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, storage={"sync": "none"})
+    write_files(primary, 4)
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    relay.stop()
+    names = read_index(relay.data_dir)
+    cut = names[1]
+    data = (relay.data_dir / cut).read_bytes()
+    gtid_starts, offset = [], len(BINLOG_MAGIC)
+    for event in split_events(data[offset:]):
+        if event.type == GTID_EVENT:
+            gtid_starts.append(offset)
+        offset += event.length
+    os.truncate(relay.data_dir / cut, gtid_starts[-1])  # its last transaction and its ROTATE gone
+
+    _lock_the_relays_login(primary, True)
+    again = relay_factory("again", primary.port, data_dir=relay.data_dir, archive=archive_config(s3_server),
+                          storage={"sync": "none", "retention": {"max_size": "16K", "min_files": 2,
+                                                                 "replica_grace": 0}})
+    store = open_store(s3_server.store_config(prefix="relay"))
+    others = set(names[:-1]) - {cut}
+    wait_for(lambda: others <= set(list_archive(store)) and f"archive: {cut} is archived once compared" in
+             again.log_text(), 60, "the other closed files were not archived")
+    assert cut not in list_archive(store) and cut in read_index(again.data_dir)
+
+    _lock_the_relays_login(primary, False)
+    wait_for(lambda: cut in list_archive(store), 90, "the file was not archived once fetched again")
+    archived = ArchivedFileReader(store, cut, ())
+    assert archived.read(0, archived.size) == primary.binlog_path(cut).read_bytes()
+    assert f"stored {cut} repaired" in again.log_text() and "Traceback" not in again.log_text()

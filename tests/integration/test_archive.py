@@ -20,7 +20,10 @@ from relay.archive.keys import read_keks
 from relay.archive.objects import OBJECT_DIR, ArchivedFileReader, list_archive, object_key
 from relay.archive.owner import read_owner, relay_id
 from relay.archive.store import open_store
-from relay.binlog.events import ANNOTATE_ROWS_EVENT
+from relay.binlog import events as ev
+from relay.binlog.events import ANNOTATE_ROWS_EVENT, ROTATE_EVENT
+from relay.binlog.names import next_file_name
+from relay.protocol.packets import ServerError
 from relay.sandbox.binlogfiles import split_events
 from relay.sandbox.compare import copy_differences
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
@@ -30,7 +33,7 @@ from relay.sandbox.relayprocess import RelayProcess
 from relay.sandbox.replication import attach_replica, wait_caught_up
 from relay.storage.index import read_index
 from tests.support.faults import metric
-from tests.support.replication import dump_events
+from tests.support.replication import ARTIFICIAL, DUMP_SERVER_ID, RawClient, dump_events
 from tests.support.s3 import REGION, S3Server
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -361,6 +364,17 @@ def test_the_next_files_rotate_is_sent_before_its_fetch(mariadb_factory, relay_f
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 
+def write_big_file(primary: Any) -> None:
+    """One more closed binlog file on the primary, of about 16 MiB of hex digits: several frames,
+    an object of some megabytes."""
+    primary.sql("CREATE DATABASE IF NOT EXISTS test")
+    primary.sql("CREATE TABLE test.big (id INT PRIMARY KEY, v VARCHAR(128))")
+    for first in range(0, 120_000, 40_000):
+        primary.sql(f"INSERT INTO test.big SELECT seq, SHA2(CONCAT(RAND(), seq), 512) FROM test.seq_{first + 1}_to_"
+                    f"{first + 40_000}")
+    primary.sql("FLUSH BINARY LOGS")
+
+
 def _in_hole(path: Path, offset: int) -> bool:
     """Whether byte ``offset`` of the file is in a hole (not written yet)."""
     with open(path, "rb") as stream:
@@ -371,13 +385,7 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
     """A file only the archive holds is served as it comes back: the client has its first events
     while the rest is still on its way (the store slowed down), and the whole file in the end."""
     primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
-    primary.sql("CREATE DATABASE IF NOT EXISTS test")
-    primary.sql("CREATE TABLE test.big (id INT PRIMARY KEY, v VARCHAR(128))")
-    # about 16 MiB of hex digits: several frames, an object of some megabytes
-    for first in range(0, 120_000, 40_000):
-        primary.sql(f"INSERT INTO test.big SELECT seq, SHA2(CONCAT(RAND(), seq), 512) FROM test.seq_{first + 1}_to_"
-                    f"{first + 40_000}")
-    primary.sql("FLUSH BINARY LOGS")
+    write_big_file(primary)
     write_files(primary, 3)
     wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
     only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, tmp_path / "primary-copies")
@@ -422,6 +430,94 @@ def test_a_dump_reads_an_archived_file_while_it_is_fetched(mariadb_factory, rela
     expected = [event.data for event in events[late:] if event.type != ANNOTATE_ROWS_EVENT]
     assert [event.data for event in from_late[2:2 + len(expected)]] == expected
     assert f"{big} fetched back" in relay.log_text()
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
+def _rotated_to(events: list[Any]) -> list[str]:
+    """The files a dump entered, in order: the names its artificial ROTATEs carry."""
+    return [bytes(event.data[ev.HEADER_LEN + 8:-4]).decode() for event in events
+            if event.type == ROTATE_EVENT and event.flags & ARTIFICIAL]
+
+
+def _events_after_the_fde(copy: Path) -> list[bytes]:
+    """What a dump sends of a whole file after its fake ROTATE and its FDE: every event but the
+    annotations (a primary leaves them out for a client that did not ask for them)."""
+    return [event.data for event in list(split_events(copy.read_bytes()[4:]))[1:] if event.type != ANNOTATE_ROWS_EVENT]
+
+
+def test_archive_retention_spares_the_file_a_dump_reads_and_the_files_after_it(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """archive.retention deletes the oldest archived files but not one a dump reads, nor the files
+    after it (a primary's PURGE stops at a log in use): a dump that stopped reading an archived
+    file while the archive outgrew max_files reads it, and every file after it, to the end once it
+    goes on (the file used to be deleted under it, the dump ending early with a silent EOF).  The
+    file goes once the dump has left it."""
+    primary = mariadb_factory(server_id=1)
+    relay = relay_factory("relay", primary.port, metrics={"host": LOOPBACK, "port": free_port()},
+                          archive=archive_config(s3_server) | {"retention": {"max_files": 6}},
+                          storage={"retention": {"max_size": "16K", "min_files": 2, "replica_grace": 0}})
+    write_files(primary, 1)
+    write_big_file(primary)
+    write_files(primary, 3)  # 5 closed files: none beyond max_files
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    saved = tmp_path / "primary-copies"
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, saved)
+    big = max(only_archived, key=lambda name: (saved / name).stat().st_size)
+    older = only_archived[:only_archived.index(big)]
+    assert older and (saved / big).stat().st_size > 12 << 20
+    with RawClient(relay.port, rcvbuf=32 << 10, timeout=120) as client:
+        client.query("SET @master_binlog_checksum = @@global.binlog_checksum")
+        client.query("SET @mariadb_slave_capability = 4")
+        client.start_dump(big, 4, DUMP_SERVER_ID, flags=0x01)  # non-blocking, as mariadb-binlog
+        first = client.next_dump_packets()  # then the client stops reading: the dump waits in the big file
+        write_files(primary, 3)  # 8 closed files: max_files reaches the big file
+        wait_for(lambda: all(f"{name} deleted (archive.retention)" in relay.log_text() for name in older), 60,
+                 "archive.retention did not delete the files before the one read")
+        assert big in list_archive(open_store(s3_server.store_config(prefix="relay")))
+        assert all(packet[0] == 0x00 for packet in first)
+        events = [event for raw in [packet[1:] for packet in first] + client.read_dump()
+                  for event in split_events(raw)]  # an ERR raises ServerError
+    expected = _events_after_the_fde(saved / big)
+    assert [event.data for event in events[2:2 + len(expected)]] == expected
+    newest = primary.binlog_files()[-1][0]
+    entered = [big]
+    while entered[-1] != newest:
+        entered.append(next_file_name(entered[-1]))
+    assert _rotated_to(events) == entered
+    wait_for(lambda: f"{big} deleted (archive.retention)" in relay.log_text(), 60,
+             "archive.retention kept the file after its dump left")
+    assert relay.alive() and "Traceback" not in relay.log_text()
+
+
+def test_a_dump_that_names_no_file_starts_at_the_oldest_file_the_archive_holds(
+        mariadb_factory, relay_factory, s3_server, tmp_path):
+    """A dump that names no file starts at the oldest file, as a primary's does, even when only the
+    archive holds it (it used to be refused: "the archived file was not fetched back"); a position
+    past the end of that file is refused as the primary refuses it, with nothing fetched (it used
+    to drop the connection, a traceback in the relay's log)."""
+    primary, relay = primary_and_archiving_relay(mariadb_factory, relay_factory, s3_server)
+    write_files(primary, 4)
+    oldest, size = primary.binlog_files()[0]
+
+    def refusal(port: int, file: str) -> tuple[int, str]:
+        with pytest.raises(ServerError) as refused:
+            dump_events(port, file, size + 1, DUMP_SERVER_ID)
+        return refused.value.code, refused.value.message
+
+    on_primary = {file: refusal(primary.port, file) for file in ("", oldest)}  # the oracle, before its purge
+    wait_for(lambda: relay_holds_the_primarys_newest(relay, primary), 60, "the relay did not catch up")
+    saved = tmp_path / "primary-copies"
+    only_archived = _archived_and_purged_everywhere(primary, relay, s3_server, saved)
+    assert only_archived[0] == oldest
+    assert refusal(relay.port, oldest) == on_primary[oldest]
+    assert refusal(relay.port, "") == on_primary[""]  # its text names the file as given: '.'
+    assert not list((relay.data_dir / "archive-cache").glob("*"))  # refused with nothing fetched
+    from_nothing = dump_events(relay.port, "", 4, DUMP_SERVER_ID)
+    assert [event.data for event in from_nothing] == [
+        event.data for event in dump_events(relay.port, oldest, 4, DUMP_SERVER_ID)]
+    assert _rotated_to(from_nothing)[0] == oldest
+    expected = _events_after_the_fde(saved / oldest)
+    assert [event.data for event in from_nothing[2:2 + len(expected)]] == expected
     assert relay.alive() and "Traceback" not in relay.log_text()
 
 

@@ -23,17 +23,21 @@ from relay.archive.growing import FileChanged, GrowingFile, UploadStopped
 from relay.archive.objectformat import ArchiveDamaged, ObjectMeta, ObjectWriter
 from relay.archive.objects import (
     FETCH_CONCURRENCY,
+    META_SUFFIX,
     ArchivedFileReader,
     FetchStopped,
     UploadMismatch,
     _runs,
     delete_archived,
+    list_archive,
     meta_key,
     object_key,
+    read_file_start_gtids,
+    read_file_starts,
     upload,
     verify_upload,
 )
-from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store, StoreConfig
+from relay.archive.store import MIB, ObjectMissing, PutResult, S3Store, StoreConfig, StoreUnavailable
 from relay.sandbox.polling import wait_for
 from relay.storage.importer import BinlogImportError, check_file
 
@@ -332,8 +336,6 @@ def test_a_file_deleted_while_the_archive_is_checked_is_not_damage(s3_server: S3
 def test_a_listing_of_the_newer_files_only_keeps_the_known_ones_and_finds_the_new(s3_server: S3Server) -> None:
     """A reader lists the files after its newest at each look (one request): the known files are
     taken as they are, the new ones are found; only a whole listing sees a deletion."""
-    from relay.archive.objects import list_archive
-
     store = store_of(s3_server)
     for name in ("mysql-bin.000001", "mysql-bin.000002"):
         meta, _ = put_object(store, name, binlog_like(50_000, seed=3))
@@ -347,3 +349,50 @@ def test_a_listing_of_the_newer_files_only_keeps_the_known_ones_and_finds_the_ne
     assert sorted(newer) == ["mysql-bin.000001", "mysql-bin.000002", "mysql-bin.000003"]
     assert newer["mysql-bin.000002"] is known["mysql-bin.000002"] and newer["mysql-bin.000003"].file_size == 50_000
     assert sorted(list_archive(store, newer)) == ["mysql-bin.000002", "mysql-bin.000003"]
+
+
+class DiesBeforeTheMeta(S3Store):
+    """The store as a relay killed between the object's PUT and its meta's sees it: the object lands,
+    the meta never leaves."""
+
+    def put(self, name: str, chunks: Any) -> PutResult:
+        if name.endswith(META_SUFFIX):
+            raise StoreUnavailable(f"{name}: the relay was killed before this PUT")
+        return super().put(name, chunks)
+
+
+def test_an_upload_again_never_leaves_a_committed_meta_over_another_object(s3_server: S3Server,
+                                                                          tmp_path: Path) -> None:
+    """A meta PUT that landed but whose answer was lost makes the relay upload the file again.  The
+    committed meta goes first: killed before the new meta, the file is not archived (uploaded once
+    more at the next start), where a meta naming the old object over the new one would be damage
+    for good (each object has its own id, which its meta names)."""
+    source = tmp_path / "mysql-bin.000001"
+    source.write_bytes(binlog_like(3 * MIB, seed=11))
+    store = store_of(s3_server)
+    upload(store, source, source.name, chunk_size=CHUNK)
+    assert source.name in list_archive(store)
+    with pytest.raises(StoreUnavailable):
+        upload(DiesBeforeTheMeta(store.config), source, source.name, chunk_size=CHUNK)
+    assert source.name not in list_archive(store)
+    upload(store, source, source.name, chunk_size=CHUNK)
+    reader = ArchivedFileReader(store, source.name, [])
+    assert reader.read(0, reader.size) == source.read_bytes()
+
+
+def test_an_archived_file_whose_start_cannot_be_read_does_not_hide_the_others(s3_server: S3Server,
+                                                                              tmp_path: Path) -> None:
+    """Listing the archive reads the first events of the files it does not know yet: one damaged
+    object is told for itself, and the other files are listed with their starts."""
+    store = store_of(s3_server)
+    for number in (1, 2):
+        source = tmp_path / f"mysql-bin.00000{number}"
+        source.write_bytes(binlog_like(200_000, seed=number))
+        upload(store, source, source.name, chunk_size=CHUNK)
+    key = f"archive/{object_key('mysql-bin.000001')}"
+    body = bytearray(s3_server.client().get_object(Bucket=s3_server.bucket, Key=key)["Body"].read())
+    body[20] ^= 0x01  # in its first frame
+    s3_server.client().put_object(Bucket=s3_server.bucket, Key=key, Body=bytes(body))
+    starts = read_file_starts(store, ["mysql-bin.000001", "mysql-bin.000002"], [])
+    assert isinstance(starts["mysql-bin.000001"], ArchiveDamaged)
+    assert starts["mysql-bin.000002"] == read_file_start_gtids(store, "mysql-bin.000002", [])

@@ -17,7 +17,7 @@ import pytest
 
 from relay.protocol.client import NEED_DATA, ClientConnection, Connected, StartTLS
 from relay.protocol.packets import PacketReader, ServerError, frame, is_err, parse_err
-from relay.sandbox.binlogfiles import binlog_events
+from relay.sandbox.binlogfiles import binlog_events, split_events
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER, find_program
 from relay.sandbox.polling import wait_for
 from relay.sandbox.relayprocess import RelayProcess
@@ -27,6 +27,7 @@ from tests.support.mariadb import MariaDB
 from tests.support.replication import (
     RawClient,
     assert_healthy,
+    dump_events,
 )
 
 ER_CON_COUNT_ERROR = 1040
@@ -460,3 +461,53 @@ def test_mariadb_refuses_an_oversized_packet_as_the_relay_does(mariadb_factory, 
                for name, port in (("primary", primary.port), ("relay", relay.port))}
     assert replies["relay"][:2] == replies["primary"][:2]
     assert (_refusal(replies["relay"][0]), replies["relay"][1]) == (ER_NET_PACKET_TOO_LARGE, "closed")
+
+
+def _dump_outcome(port: int, file: str, position: int) -> tuple[object, ...]:
+    """An ERR's code and text, or how many events a non-blocking dump sent."""
+    try:
+        return ("events", len(dump_events(port, file, position, 77)))
+    except ServerError as refused:
+        return (refused.code, refused.message)
+
+
+def test_refused_starts_get_the_primarys_own_words(mariadb_factory, relay_factory):
+    """A dump from a position that is not an event's start: the primary reads an event header there
+    and refuses with what that read met (bogus, too large, truncated), naming where; the relay
+    mirrors its files, so every such start (each offset of the first events, of the end of a closed
+    file and of the current one) gets the same code and text from both, as does a missing file and a
+    position past the end, named or not.  Where the primary would send the bytes there as events
+    (their lengths happen to chain up to the end), the relay refuses them: the one difference."""
+    served = Served(mariadb_factory, relay_factory)
+    for row in range(3):
+        served.still_replicates(f"row {row} of the closed file")
+    served.primary.sql("FLUSH BINARY LOGS")
+    served.still_replicates("the current file has events")
+    (closed, closed_size), (current, current_size) = served.primary.binlog_files()[-2:]
+    starts = {name: set(_event_starts(served.primary.binlog_path(name).read_bytes()))
+              for name in (closed, current)}
+    asked = [(closed, position) for position in [*range(5, 420), *range(closed_size - 40, closed_size)]]
+    asked += [(current, position) for position in range(5, min(current_size, 300))]
+    asked = [(name, position) for name, position in asked if position not in starts[name]]
+    asked += [("mysql-bin.000099", 4), (closed, closed_size + 1), ("", 10 ** 9), (closed, 2)]
+    differ, sent_by_the_primary = [], 0
+    for name, position in asked:
+        primary, relay = _dump_outcome(served.primary.port, name, position), _dump_outcome(served.relay.port, name,
+                                                                                          position)
+        if primary[0] == "events":  # the primary sent the bytes there as events: the relay refuses them
+            sent_by_the_primary += 1
+            assert relay[0] == ER_MASTER_FATAL_ERROR_READING_BINLOG, (name, position, relay)
+        elif primary != relay:
+            differ.append((name, position, primary, relay))
+    assert not differ, '\n'.join(map(repr, differ[:6]))
+    assert sent_by_the_primary < len(asked) // 10
+    served.still_replicates("after the refused dumps")
+    served.finish()
+
+
+def _event_starts(data: bytes) -> list[int]:
+    starts, offset = [], 4
+    for event in split_events(data[4:]):
+        starts.append(offset)
+        offset += event.length
+    return starts
