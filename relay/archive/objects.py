@@ -152,12 +152,14 @@ def upload(store: ObjectStore, path: Path, name: str, *, kek: Kek | None = None,
     ``commit_times()`` (asked once the file is whole: its index's).  ``chunks(chunk_size)``, if
     given, is where the file's bytes come from instead, as it is still written
     (archive/growing.py): the object is completed once that ends.  ``may_commit()`` is asked just
-    before the meta is stored, and raises if this relay may no longer write the archive."""
+    before the meta is stored (and before a committed meta of the same file is taken away), and
+    raises if this relay may no longer write the archive."""
     writer = ObjectWriter(name, chunk_size=chunk_size, level=level, kek=kek)
     source = chunks(chunk_size) if chunks is not None else _file_chunks(path, chunk_size)
     if store.head(meta_key(name)) is not None:
         # committed by an upload whose answer was lost: the object it names is never written over,
         # the meta leaves first (a kill between the two PUTs then leaves the file unarchived)
+        may_commit()
         store.delete(meta_key(name))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-encode") as pool:
         sent = store.put(object_key(name), _object_frames(source, writer, pool, workers))
