@@ -156,7 +156,9 @@ class Archiver:
         self._catalogued = frozenset(self.files)  # the names archive.json lists as last written
         # local files known to equal their archived copy: only these may leave the disk for the archive's
         self._checked: set[str] = load_checked(Path(relay_log.data_dir), self.url)
-        self._differs: set[str] = set()  # local files whose archived copy is other bytes or unreadable
+        self._differs: set[str] = set()  # local files whose archived copy is other bytes
+        # ... or could not be read back (damaged, its key missing): compared again once the time comes
+        self._unreadable_until: dict[str, float] = {}
         self._told_unconfirmed: set[str] = set()  # files the log said wait for the primary's size
         self._unreadable: set[str] = set()  # archived files whose first events could not be read (logged once)
         self._catalog_disk_full = False  # its last write failed for want of space
@@ -596,13 +598,16 @@ class Archiver:
     async def _compare_local(self) -> None:
         """Each stored closed file the archive holds but this relay did not upload is read back once
         and compared with the local copy: equal, it may leave the disk; other bytes (another history
-        under the same name) or an unreadable object, it stays and is served from here.  At most
+        under the same name), it stays and is served from here; an object that cannot be read, it
+        stays until a comparison a lease later tells.  At most
         COMPARE_BATCH files a round, COMPARES_AT_ONCE at a time (each is mostly the store's round
         trips), so that a relay joining with a long local history still lists the archive meanwhile."""
         store = self.store
         assert store is not None
+        now = time.monotonic()
         unchecked = [name for name in self.relay_log.files[:-1]
-                     if name in self.files and name not in self._checked and name not in self._differs]
+                     if name in self.files and name not in self._checked and name not in self._differs
+                     and self._unreadable_until.get(name, now) <= now]
         batch = unchecked[:COMPARE_BATCH]
         if not batch:
             return
@@ -611,12 +616,17 @@ class Archiver:
             if isinstance(outcome, (ObjectMissing, FileNotFoundError)):
                 continue  # left the archive (the next listing drops it) or purged meanwhile (not for the archive's)
             if isinstance(outcome, ArchiveError):
+                # no verdict: the writer may upload it again (an upload cut short), a key may come back
                 self.status.failed("read")
                 if isinstance(outcome, (ArchiveDamaged, ArchiveKeyError)):
                     self.status.damaged_reads += 1
-                outcome = f"the archived copy cannot be read: {outcome}"
-            elif isinstance(outcome, BaseException):
+                self._unreadable_until[name] = time.monotonic() + self.settings.writer_lease
+                log.error("archive: the archived %s cannot be read back (%s); the local copy stays and is served, "
+                          "compared again in %.0f s", name, outcome, self.settings.writer_lease)
+                continue
+            if isinstance(outcome, BaseException):
                 raise outcome  # the store is down: the round is retried after a back-off
+            self._unreadable_until.pop(name, None)
             if outcome is None:
                 self._checked.add(name)
                 self._catalog_changed.set()

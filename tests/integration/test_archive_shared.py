@@ -204,3 +204,33 @@ def test_relays_whose_clocks_are_wrong_share_an_archive(mariadb_factory, relay_f
              and metric(reader, "binlog_relay_archive_lag_files") == 0, 60, "the restarted writer did not archive on")
     assert archived_as_the_primary_wrote(s3_server, primary) == closed
     assert not _unfinished_upload_ids(s3_server)
+
+
+def test_a_reader_compares_again_an_archived_copy_it_could_not_read(mariadb_factory, relay_factory, s3_server):
+    """An archived copy a reader cannot read back (damaged in the store, an upload the writer is
+    redoing) is no verdict: the local copy stays and is served, and the reader compares again a
+    lease later; once the copy reads back equal to its own, the local one may go (it used to stay
+    until the reader's restart)."""
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
+    write_files(primary, 3)
+    closed = closed_files(primary)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(closed), 60, "not archived")
+    damaged = closed[1]
+    client, key = s3_server.client(), f"relay/{object_key(damaged)}"
+    sound = client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
+    client.put_object(Bucket=s3_server.bucket, Key=key, Body=sound[:20] + bytes([sound[20] ^ 1]) + sound[21:])
+
+    reader = relay_factory("reader", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, server_id=1002,
+                           storage=PURGE_ALL_BUT_TWO)
+    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary), 60, "the reader did not catch up")
+    reader.stop()
+    reader.config["archive"] = _shared_archive(s3_server)
+    reader.start()
+    reader.wait_listening()
+    wait_for(lambda: f"the archived {damaged} cannot be read back" in reader.log_text(), 60,
+             "the reader did not read the damaged copy")
+    assert damaged in read_index(reader.data_dir)
+    client.put_object(Bucket=s3_server.bucket, Key=key, Body=sound)
+    wait_for(lambda: damaged not in read_index(reader.data_dir), 60, "the reader never compared the copy again")
+    assert "Traceback" not in reader.log_text()
