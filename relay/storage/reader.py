@@ -183,7 +183,10 @@ class TailReader:
         elif self._map is not None:
             end = len(self._map)
         else:
-            end = self.relay_log.file_end(self.file)
+            try:
+                end = self.relay_log.file_end(self.file)
+            except FileNotFoundError:  # purged under the dump (retention spares a file a dump reads)
+                raise FileGone(self.file, self.position) from None
         if self.position < end:
             return Available(end)
         if self._copy is not None:

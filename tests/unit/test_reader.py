@@ -9,7 +9,15 @@ from relay.binlog import events as ev
 from relay.binlog.groups import GroupTracker
 from relay.binlog.names import next_file_name
 from relay.replication.stream import Segment
-from relay.storage.reader import Available, FileStart, NothingYet, StartRefused, StoredFileDamaged, TailReader
+from relay.storage.reader import (
+    Available,
+    FileGone,
+    FileStart,
+    NothingYet,
+    StartRefused,
+    StoredFileDamaged,
+    TailReader,
+)
 from relay.storage.relaylog import RelayLog
 from relay.storage.state import Checkpoint, read_state
 from tests.support.binlogs import MARIADB_MIXED_BINLOG, file_events
@@ -96,6 +104,32 @@ def test_the_file_after_the_newest_is_waited_for_not_refused(relay_log):
     assert TailReader(relay_log, "mysql-bin.000003", 4).first_file_pending() is None  # refused by start()
     relay_log.apply([_whole_file(SECOND)])
     assert TailReader(relay_log, SECOND, 4).first_file_pending() is None
+
+
+@pytest.mark.parametrize("entered", ["newest", "closed"])
+def test_a_file_purged_under_its_dump_ends_it_with_the_primarys_error(relay_log, entered):
+    """Retention and PURGE spare a file a dump reads; should it go all the same, the dump reads on
+    what it holds open and then gets the primary's "could not find next log" (it used to end with
+    EOF, wait for ever, or fail with FileNotFoundError), whether the file was the newest when the
+    dump entered it (read to its end first) or a closed one (read from a mapping)."""
+    if entered == "closed":
+        relay_log.apply([_whole_file(SECOND)])
+    reader = TailReader(relay_log, FIRST, 4)
+    reader.start()
+    assert isinstance(reader.poll(), FileStart)
+    if entered == "newest":
+        assert isinstance(_read_all(reader)[-1], NothingYet)
+    else:
+        step = reader.poll()
+        assert isinstance(step, Available) and reader.read_events(step.end, block_size=256)
+    for name in (SECOND, next_file_name(SECOND)):
+        if name not in relay_log.files:
+            relay_log.apply([_whole_file(name)])
+    relay_log.purge([FIRST])
+    with pytest.raises(FileGone, match=f"could not find next log; the first event '{FIRST}' at {len(BINLOG)}"):
+        while isinstance(step := reader.poll(), Available):
+            reader.read_events(step.end)
+    reader.close()
 
 
 def test_a_block_read_does_not_move_until_advanced(relay_log):
