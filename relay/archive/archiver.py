@@ -170,6 +170,7 @@ class Archiver:
         self._catalog_lines: CatalogLines = {}  # archive.json's lines as last encoded
         self._looked_at = 0.0  # time.monotonic() of the last look at the owner record
         self._lease = LeaseWatch(settings.writer_lease)
+        self._renewed_at = 0.0  # time.monotonic() of the writer's last renewal of its record
         self._relay_id = ""  # read from data_dir at the first connect
         self._told_reading = False  # the log said this relay reads the archive
         self._uploads_from = 0.0  # time.monotonic(): after taking the archive over, the relay replaced may still
@@ -304,6 +305,8 @@ class Archiver:
                     log.warning("archive %s: the owner record could not be looked at (%s); tried again every "
                                 "%.0f s", self.url, exc, self.settings.check_seconds)
                 failing = True
+                if self.status.writing and not self._lease_held():
+                    self._step_down()
 
     async def _connect(self) -> None:
         try:
@@ -408,8 +411,24 @@ class Archiver:
         except ArchiveInUse:
             self._refused()
             raise
+        self._renewed_at = time.monotonic()
         if not self.status.writing:
             await self._writing(store, previous)
+
+    def _lease_held(self) -> bool:
+        """The writer renewed its record within half a lease: the other relays, which take the archive
+        over once it has not changed for a whole lease, are still waiting."""
+        return time.monotonic() - self._renewed_at < self.settings.writer_lease / 2
+
+    def _step_down(self) -> None:
+        """A writer that could not renew its record for half a lease (the store unreachable from
+        here, or this process paused) writes nothing more until it has claimed the archive again:
+        another relay may be taking it over."""
+        self.status.writing = False
+        self._stop_following()
+        log.warning("archive %s: the owner record not renewed for %.0f s; this relay writes nothing more until it "
+                    "claims the archive again (another relay of the primary may take it over)", self.url,
+                    time.monotonic() - self._renewed_at)
 
     def _reading(self, owner: Owner) -> None:
         was_writing = self.status.writing
@@ -570,9 +589,13 @@ class Archiver:
 
     def _may_commit(self) -> None:
         """Asked by an upload (in its thread) just before its meta commits it: an upload that began
-        before another relay took the archive over must not commit over that relay's."""
+        before another relay took the archive over must not commit over that relay's, nor one whose
+        writer has not renewed its record for half a lease (paused, cut off from the store)."""
         if not self.status.writing:
             raise UploadStopped(f"this relay no longer writes the archive {self.url}")
+        if not self._lease_held():
+            raise UploadStopped(f"this relay has not renewed its claim on the archive {self.url} for "
+                                f"{time.monotonic() - self._renewed_at:.0f} s")
 
     def _unverified(self, name: str, exc: BinlogImportError) -> None:
         self._unverifiable.add(name)

@@ -234,3 +234,27 @@ def test_a_reader_compares_again_an_archived_copy_it_could_not_read(mariadb_fact
     client.put_object(Bucket=s3_server.bucket, Key=key, Body=sound)
     wait_for(lambda: damaged not in read_index(reader.data_dir), 60, "the reader never compared the copy again")
     assert "Traceback" not in reader.log_text()
+
+
+def test_a_writer_cut_off_from_the_store_for_half_a_lease_commits_nothing_until_it_claims_again(
+        mariadb_factory, relay_factory, s3_server):
+    """A writer that cannot renew its record for half a lease (the store unreachable from it, or the
+    process paused) stops writing: the other relays take the archive over after a whole lease, and
+    a meta it committed after that would be written over the new writer's (it used to go on
+    writing).  Once the store answers it claims the archive again and archives on."""
+    primary = mariadb_factory(server_id=1)
+    writer = _relay(relay_factory, "writer", primary, s3_server, 1001)
+    write_files(primary, 2)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_files") == len(closed_files(primary)), 60, "not archived")
+    s3_server.proxy.refuse()
+    try:
+        wait_for(lambda: "the owner record not renewed for" in writer.log_text(), 30, "the writer did not step down")
+        assert metric(writer, "binlog_relay_archive_writer") == 0
+    finally:
+        s3_server.proxy.accept()
+    write_files(primary, 2)
+    wait_for(lambda: metric(writer, "binlog_relay_archive_writer") == 1
+             and metric(writer, "binlog_relay_archive_files") == len(closed_files(primary)), 60,
+             "the writer did not claim the archive again and archive on")
+    assert archived_as_the_primary_wrote(s3_server, primary) == closed_files(primary)
+    assert "Traceback" not in writer.log_text()
