@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -49,12 +50,15 @@ from typing import Any
 
 import trio
 
+from ..binlog.names import next_file_name
 from ..errors import RelayError
-from ..storage.files import DataDirLock, atomic_write, is_disk_full, make_durable_dir
+from ..storage.files import DataDirLock, atomic_write, fsync_dir, is_disk_full, make_durable_dir
+from ..storage.history import INDEX_DIR as HISTORY_DIR
 from ..storage.history import HistoryIndex
 from ..storage.importer import BinlogImportError, check_file, import_binlogs
-from ..storage.index import read_index, write_index
+from ..storage.index import INDEX_NAME, read_index, write_index
 from ..storage.relaylog import RelayLog
+from ..storage.state import STATE_NAME
 from ..trio_run import run_abandonable
 from .growing import GrowingFile, UploadStopped
 from .objectformat import DEFAULT_LEVEL, ArchiveDamaged, ArchiveError, ArchiveKeyError, Kek
@@ -827,7 +831,10 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
     data_dir holds files already, or the archive is empty.  ArchiveInUse if the archive is another
     primary's.  The archive is not claimed here: the archiver writes it if no live relay does
     (archive/owner.py).  Blocking: for start-up."""
-    if read_index(data_dir):
+    marker = data_dir / SEEDING
+    if marker.exists():
+        _undo_seed(data_dir)
+    elif read_index(data_dir):
         return None
     store = open_store_for(settings.store)
     archived = list_archive(store)
@@ -836,19 +843,46 @@ def seed_from_archive(settings: ArchiveSettings, data_dir: Path,
     newest = max(archived)
     check_same_history(read_owner(store), str(settings.store.url), settings.upstream)
     make_durable_dir(data_dir)
-    with tempfile.TemporaryDirectory(prefix=".seed-", dir=data_dir) as tmp:
+    # the seed is several writes (the import's index, state and history, archive.json, the next
+    # file): until the last is done, a start finds this marker and does it all again
+    atomic_write(marker, f"{newest}\n".encode())
+    with tempfile.TemporaryDirectory(prefix=SEED_TMP_PREFIX, dir=data_dir) as tmp:
         target = Path(tmp) / newest
         ArchivedFileReader(store, newest, settings.keks).copy_to(target)
         imported = import_binlogs(data_dir, [target]).imported[0]
     # dumps find the older files before the first listing; the imported copy is the archive's own
     save_catalog(data_dir, str(settings.store.url), archived, checked=[newest])
-    if imported.next_file is not None:
-        # Ingest resumes at the file its ROTATE names (as after a crash between the ROTATE and the
-        # next file): the primary may have purged the archived one already.
-        write_index(data_dir, [*read_index(data_dir), imported.next_file])
+    # Ingest resumes at the file after it, which its ROTATE names, or which the server opened after
+    # the STOP of a restart (as after a crash before the next file was stored): the primary may
+    # have purged the archived one already.
+    following = imported.next_file or (next_file_name(newest) if imported.stopped else None)
+    if following is not None:
+        write_index(data_dir, [*read_index(data_dir), following])
+    marker.unlink()
+    fsync_dir(data_dir)
     log.info("archive %s: an empty data_dir seeded with %s, the newest of its %d archived files; the older ones "
              "are served from the archive", settings.store.url, newest, len(archived))
     return newest
+
+
+SEEDING = "seeding"  # in data_dir while a seed from the archive is under way
+SEED_TMP_PREFIX = ".seed-"
+
+
+def _undo_seed(data_dir: Path) -> None:
+    """What a seed that did not finish (the relay killed meanwhile) wrote goes: it is done again."""
+    log.warning("%s: a seed from the archive did not finish (the relay stopped meanwhile); it is done again",
+                data_dir)
+    for name in read_index(data_dir):
+        (data_dir / name).unlink(missing_ok=True)
+    for name in (INDEX_NAME, STATE_NAME, CATALOG):
+        (data_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(data_dir / HISTORY_DIR, ignore_errors=True)
+    for leftover in data_dir.glob(f"{SEED_TMP_PREFIX}*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+    fsync_dir(data_dir)
+    (data_dir / SEEDING).unlink()
+    fsync_dir(data_dir)
 
 
 @dataclass(frozen=True)

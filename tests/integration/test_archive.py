@@ -7,8 +7,10 @@ is uploaded once the store is back."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from relay.sandbox.compare import copy_differences
 from relay.sandbox.mariadb import REPL_PASSWORD, REPL_USER
 from relay.sandbox.polling import wait_for
 from relay.sandbox.ports import LOOPBACK, free_port
-from relay.sandbox.relayprocess import RelayProcess
+from relay.sandbox.relayprocess import RelayProcess, relay_config
 from relay.sandbox.replication import attach_replica, wait_caught_up
 from relay.storage.index import read_index
 from tests.support.faults import metric
@@ -593,6 +595,50 @@ def test_a_relay_on_an_empty_disk_stands_up_from_the_archive_and_carries_on(
              "the second relay did not save its list of the archive")
     catalog = load_catalog(second.data_dir, archive["url"])
     assert {name: (catalog[name].commit_lo, catalog[name].commit_hi) for name in closed} == expected
+    assert "Traceback" not in second.log_text()
+
+
+@pytest.mark.parametrize("how", ["primary restarted", "seed killed in the import", "seed killed after it"])
+def test_a_relay_stands_up_from_the_archive_after_a_primary_restart_or_a_seed_cut_short(
+        mariadb_factory, relay_factory, s3_server, tmp_path, how):
+    """The newest archived file ends with the STOP of a primary's restart, no ROTATE naming the
+    next: the seed resumes at the file the primary opened after it (it resumed at the end of the
+    archived one, which the primary had purged, and the relay could never start).  A seed killed
+    before it was done (inside the import, or after it and before archive.json and the next file)
+    is done again at the next start (its data_dir was taken for a seeded one: the same refusal, for
+    good, and its temporary copy left behind)."""
+    primary = mariadb_factory(server_id=1)
+    archive = archive_config(s3_server)
+    first = relay_factory("first", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive)
+    write_files(primary, 3)
+    if how == "primary restarted":
+        primary.restart()
+    wait_for(lambda: relay_holds_the_primarys_newest(first, primary), 60, "the first relay did not catch up")
+    closed = closed_files(primary)
+    wait_for(lambda: metric(first, "binlog_relay_archive_files") == len(closed), 60, "not archived")
+    first.close()
+    newest_archived = primary.binlog_path(closed[-1]).read_bytes()
+    last_event = list(split_events(newest_archived[4:]))[-1]
+    assert last_event.type == (ev.STOP_EVENT if how == "primary restarted" else ROTATE_EVENT)
+    primary.purge_binlogs_to(primary.binlog_files()[-1][0])
+    data_dir = tmp_path / "second-data"
+    if how.startswith("seed killed"):
+        config = tmp_path / "second.yaml"
+        config.write_text(json.dumps(relay_config(data_dir, primary.port, archive=archive)))
+        step = "import" if how.endswith("in the import") else "catalog"
+        killed = subprocess.run([sys.executable, "-m", "tests.support.crashseed", str(config), step],
+                                capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+        assert killed.returncode == 9, killed.stderr
+        assert read_index(data_dir) and (data_dir / "seeding").exists()
+    second = relay_factory("second", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, archive=archive,
+                           data_dir=str(data_dir))
+    assert f"seeded with {closed[-1]}" in second.log_text()
+    write_files(primary, 2, table="after")
+    wait_for(lambda: relay_holds_the_primarys_newest(second, primary), 60, "the second relay did not carry on")
+    local = read_index(data_dir)
+    assert local[0] == closed[-1] and (data_dir / closed[-1]).read_bytes() == newest_archived
+    assert not copy_differences([primary.binlog_path(name) for name in local[1:]], data_dir)
+    assert not (data_dir / "seeding").exists() and not list(data_dir.glob(".seed-*"))
     assert "Traceback" not in second.log_text()
 
 
