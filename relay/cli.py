@@ -199,8 +199,11 @@ def cmd_archive(args: argparse.Namespace) -> int:
             print(f"binlog-relay archive --rewrap: {err}", file=sys.stderr)
             return 1
         print(f"re-wrapped {len(rewrapped.rewrapped)} file(s); {rewrapped.already} were under the current key "
-              f"already, {rewrapped.plain} are not encrypted")
-        return 0
+              f"already, {rewrapped.plain} are not encrypted"
+              + (f"; {len(rewrapped.deleted)} deleted by archive.retention meanwhile" if rewrapped.deleted else "")
+              + (f"; {len(rewrapped.failed)} not re-wrapped:" if rewrapped.failed else "")
+              + "".join(f"\n  {failed.name}: {failed.reason}" for failed in rewrapped.failed))
+        return 1 if rewrapped.failed else 0
     try:
         result = archive_backlog(settings, Path(config.data_dir), progress)
     except (RelayError, OSError) as err:

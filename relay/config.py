@@ -444,6 +444,12 @@ def _check_archive(raw: Mapping, values: dict, report: Report) -> None:
         path = values[key]
         if path is not None and valid(path) and not os.access(path, os.R_OK):
             report(key, f"cannot read {path!r}")
+    if values["encryption_key_file"] is None and valid(values["old_encryption_key_files"]) \
+            and values["old_encryption_key_files"]:
+        # the current key is the first of the keys read: an old one would encrypt the new files
+        report("old_encryption_key_files", "given without encryption_key_file: set encryption_key_file to the "
+                                           "key that encrypts new files (the old keys only open what they "
+                                           "encrypted), or remove old_encryption_key_files")
     paths = [("encryption_key_file", values["encryption_key_file"])]
     if valid(values["old_encryption_key_files"]):
         paths += [(f"old_encryption_key_files[{i}]", path) for i, path in enumerate(values["old_encryption_key_files"])]

@@ -20,5 +20,9 @@ def read_kek(path: str) -> Kek:
 
 def read_keks(current: str | None, older: Iterable[str]) -> tuple[Kek, ...]:
     """The current key first (it encrypts new uploads; none: new uploads are not encrypted), then
-    the older ones (they open what was archived under them)."""
-    return tuple(read_kek(path) for path in ([current] if current else []) + list(older))
+    the older ones (they open what was archived under them).  Older ones without a current key are
+    refused: the first key is the one new uploads use (config.py's check refuses them first)."""
+    old_paths = list(older)
+    if current is None and old_paths:
+        raise InputError("archive.old_encryption_key_files is given without archive.encryption_key_file")
+    return tuple(read_kek(path) for path in ([current] if current else []) + old_paths)

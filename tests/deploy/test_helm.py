@@ -995,6 +995,8 @@ def test_values_schema_knows_every_relay_key() -> None:
     ({"archive": {"encryptionKeySecret": {"name": "keys"}}}, "set config.archive.url"),
     ({"config": {"archive": {"url": "s3://b"}}, "archive": {"oldEncryptionKeySecrets": [{"name": "k"}]}},
      "/archive/oldEncryptionKeySecrets/0"),
+    ({"config": {"archive": {"url": "s3://b"}}, "archive": {"oldEncryptionKeySecrets": [{"name": "k", "key": "k"}]}},
+     "set archive.encryptionKeySecret"),
     ({"config": {"archive": {"url": "s3://b"}}, "archive": {"credentialsSecret": {"name": "s3", "accessKeyIdKey": ""}}},
      "/archive/credentialsSecret/accessKeyIdKey"),
     ({"archive": {"verify": {"schedule": "0 3 * * *"}}}, "archive.verify.schedule checks the archive"),

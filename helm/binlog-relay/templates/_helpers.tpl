@@ -129,6 +129,9 @@ Checks that values.schema.json cannot express; each fails the render with a mess
 {{- if and (include "binlog-relay.archiveSecrets" .) (not (dig "archive" "url" nil $c)) }}
 {{- fail "archive.credentialsSecret, archive.encryptionKeySecret and archive.oldEncryptionKeySecrets are for the archive: set config.archive.url (or leave them empty)" }}
 {{- end }}
+{{- if and .Values.archive.oldEncryptionKeySecrets (not .Values.archive.encryptionKeySecret.name) }}
+{{- fail "archive.oldEncryptionKeySecrets only open what they encrypted: set archive.encryptionKeySecret to the key that encrypts new files" }}
+{{- end }}
 {{- if and .Values.archive.verify.schedule (not (dig "archive" "url" nil $c)) }}
 {{- fail "archive.verify.schedule checks the archive: set config.archive.url (or leave it empty)" }}
 {{- end }}
