@@ -27,6 +27,7 @@ from .objects import (
     START_READ,
     ArchivedFile,
     ArchivedFileReader,
+    FileStartGtids,
     file_start_gtids,
     list_archive,
     read_file_start_gtids,
@@ -57,6 +58,9 @@ class ArchivedHistory:
         """The local answer, or, when the local history begins after ``moment``, the archive's."""
         if local["transaction"] is not None or not self.names:
             return local
+        # what fetched pairs of files that hold no transaction at or before the moment begin with
+        # (their first transaction, None: they hold none): where the answer's "next" may be
+        firsts: dict[int, dict[str, Any] | None] = {}
         for index in reversed(range(len(self.names))):
             name = self.names[index]
             first = self.catalog[name].commit_lo
@@ -67,9 +71,31 @@ class ArchivedHistory:
                 answer = StoredHistory(searched).at_time(moment)
             if answer["transaction"] is not None or index == 0:
                 if answer["next"] is None:
-                    answer["next"] = local["next"]
+                    answer["next"] = self._first_after(index + 2, moment, firsts) or local["next"]
                 return answer
+            firsts[index] = answer["next"]
         return local
+
+    def _first_after(self, start: int, moment: int, firsts: dict[int, dict[str, Any] | None]) -> dict[str, Any] | None:
+        """The first transaction committed after ``moment`` in the archived files from
+        ``self.names[start]`` on, those before it holding none (None: the later ones hold none
+        either).  A file whose commit times are not known (commit_lo None: no commit, or a meta
+        written without them) may hold some: at_time fetched it already, with the file after it
+        (``firsts``); a file that begins after the moment begins with it."""
+        for index in range(start, len(self.names)):
+            if index - 1 in firsts:  # [index - 1, index], and the first holds none
+                if firsts[index - 1] is not None:
+                    return firsts[index - 1]
+                continue
+            if index in firsts:  # [index, index + 1]
+                if firsts[index] is not None:
+                    return firsts[index]
+                continue
+            with self._fetched([self.names[index]]) as searched:
+                found: dict[str, Any] | None = StoredHistory(searched).at_time(moment)["next"]
+            if found is not None:
+                return found
+        return None
 
     def holding(self, text: str, local: dict[str, Any]) -> dict[str, Any]:
         """MariaDB GTIDs the local history lacks, looked for in the archived file whose GTID_LIST
@@ -98,10 +124,7 @@ class ArchivedHistory:
         (the next file: the next archived one, or the oldest local one); one without PREVIOUS_GTIDS
         (MariaDB's) holds no MySQL GTID."""
         starts = [self._with_start(name).previous_gtids for name in self.names]
-        # the file that follows self.names, not the oldest stored now: retention may have purged it since
-        assert self.first_local is not None  # StoredHistory refused a data_dir without files
-        with open(self.data_dir / self.first_local, "rb") as first_local:
-            starts.append(file_start_gtids(first_local.read(START_READ)).previous_gtids)
+        starts.append(self._first_local_start().previous_gtids)
         files = []
         for index, name in enumerate(self.names):
             before, after = starts[index], starts[index + 1]
@@ -114,13 +137,31 @@ class ArchivedHistory:
         return {**local, "files": files + local["files"]}
 
     def _file_holding(self, gtid: Gtid) -> str | None:
-        states = [self._state(self._with_start(name)) for name in self.names]
-        for index, name in enumerate(self.names):
-            before = states[index].get((gtid.domain_id, gtid.server_id), 0)
-            after = states[index + 1].get((gtid.domain_id, gtid.server_id)) if index + 1 < len(states) else None
-            if before < gtid.seq_no and (after is None or gtid.seq_no <= after):
+        """The archived file that may hold a MariaDB ``gtid``: the one the (domain, server_id) pair's
+        last GTID before it is below ``gtid`` and its last GTID before the next file at or above
+        it.  A file's GTID_LIST is the binlog state at its start, the last GTID of every pair
+        written before it: a pair it lacks had nothing written before the file (0).  The next
+        file of the newest archived one is the oldest local one (without a GTID_LIST read there,
+        the newest archived file is not bounded).  A pair's seq_nos grow through the binlog (as
+        gtid_strict_mode makes sure)."""
+        pair = (gtid.domain_id, gtid.server_id)
+        before = [self._state(self._with_start(name).start_state or ()).get(pair, 0) for name in self.names]
+        local_start = self._first_local_start().gtid_list
+        after: list[int | None] = [*before[1:], self._state(local_start).get(pair, 0) if local_start else None]
+        for name, low, high in zip(self.names, before, after, strict=True):
+            if low < gtid.seq_no and (high is None or gtid.seq_no <= high):
                 return name
         return None
+
+    def _first_local_start(self) -> FileStartGtids:
+        """The GTID_LIST or PREVIOUS_GTIDS of the file after self.names, not of the oldest stored
+        now: retention may have purged it since (archived first: it is read from the store then)."""
+        assert self.first_local is not None  # StoredHistory refused a data_dir without files
+        try:
+            with open(self.data_dir / self.first_local, "rb") as first_local:
+                return file_start_gtids(first_local.read(START_READ))
+        except FileNotFoundError:
+            return read_file_start_gtids(self.store, self.first_local, self.settings.keks)
 
     def _with_start(self, name: str) -> ArchivedFile:
         archived = self.catalog[name]
@@ -131,9 +172,10 @@ class ArchivedHistory:
         return archived
 
     @staticmethod
-    def _state(archived: ArchivedFile) -> dict[tuple[int, int], int]:
+    def _state(gtid_list: tuple[str, ...]) -> dict[tuple[int, int], int]:
+        """A GTID_LIST's last seq_no of each (domain, server_id)."""
         state = {}
-        for text in archived.start_state or ():
+        for text in gtid_list:
             domain, server, seq_no = map(int, text.split("-"))
             state[(domain, server)] = seq_no
         return state
