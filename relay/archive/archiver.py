@@ -164,7 +164,7 @@ class Archiver:
         # ... or could not be read back (damaged, its key missing): compared again once the time comes
         self._unreadable_until: dict[str, float] = {}
         self._told_unconfirmed: set[str] = set()  # files the log said wait for the primary's size
-        self._unreadable: set[str] = set()  # archived files whose first events could not be read (logged once)
+        self._told_unreadable_start: set[str] = set()  # archived files whose first events could not be read
         self._catalog_disk_full = False  # its last write failed for want of space
         self._unverifiable: set[str] = set()  # local files whose events fail their checks: never uploaded
         self._growing: dict[str, GrowingFile] = {}  # the newest file, uploaded as ingest writes it
@@ -376,9 +376,9 @@ class Archiver:
     def _unreadable_start(self, name: str, exc: ArchiveError) -> None:
         """An archived file whose first events cannot be read stays listed, its start unknown (a dump
         reaching it gets the error of its read); the listing and the other files go on."""
-        if name in self._unreadable:
+        if name in self._told_unreadable_start:
             return
-        self._unreadable.add(name)
+        self._told_unreadable_start.add(name)
         self.status.failed("read")
         if isinstance(exc, (ArchiveDamaged, ArchiveKeyError)):
             self.status.damaged_reads += 1

@@ -212,7 +212,7 @@ class TailReader:
         try:
             events = read_batch(self._file(), self.position, end, block_size)
         except ev.BinlogFormatError as bogus:
-            raise StoredFileDamaged(f"bogus data in log event ({bogus})", self.file, self.position) from None
+            raise StoredFileDamaged(f"{READ_BOGUS} ({bogus})", self.file, self.position) from None
         if not events:
             raise StoredFileDamaged("the stored file ends inside an event", self.file, self.position)
         if self.checksummed:
@@ -349,26 +349,36 @@ class TailReader:
         path = self.relay_log.read_path(file)
         if path is None:
             raise StoredFileDamaged("the archived file was not fetched back", file, 4)
-        current = file == self.relay_log.files[-1]
         with open(path, "rb") as stored:
-            def read_at(offset: int, size: int) -> bytes:
-                data = os.pread(stored.fileno(), min(size, end - offset), offset)
-                if current and offset <= IN_USE_FLAG_OFFSET < offset + len(data):
-                    # the primary's file still open has its FDE's BINLOG_IN_USE flag set (its dump
-                    # sends the FDE with the flag cleared, as the relay stores it)
-                    flagged = bytearray(data)
-                    flagged[IN_USE_FLAG_OFFSET - offset] |= ev.LOG_EVENT_BINLOG_IN_USE_F
-                    return bytes(flagged)
-                return data
-
-            header = read_at(position, ev.HEADER_LEN)
-            if len(header) == ev.HEADER_LEN:
-                parsed = ev.EventHeader.parse(header)
-                if parsed.event_length >= ev.HEADER_LEN and parsed.start_pos & 0xFFFFFFFF == position & 0xFFFFFFFF:
-                    return  # an event starts there
+            read_at = _as_the_primary_has_it(stored.fileno(), end, still_open=file == self.relay_log.files[-1])
+            if _event_starts_at(read_at(position, ev.HEADER_LEN), position):
+                return
             what, last_event, last_byte = primary_read_failure(read_at, position, end)
         raise StartRefused(f"{what}; the first event '{self._named}' at {position}, the last event read from "
                            f"'{file}' at {last_event}, the last byte read from '{file}' at {last_byte}.")
+
+
+def _as_the_primary_has_it(fd: int, end: int, still_open: bool) -> Callable[[int, int], bytes]:
+    """read_at(offset, size) of a stored file's first ``end`` bytes, as the primary's copy holds them:
+    the primary's file still open has its FDE's BINLOG_IN_USE flag set (its dump sends the FDE with
+    the flag cleared, and the relay stores it so)."""
+
+    def read_at(offset: int, size: int) -> bytes:
+        data = os.pread(fd, min(size, end - offset), offset)
+        if still_open and offset <= IN_USE_FLAG_OFFSET < offset + len(data):
+            flagged = bytearray(data)
+            flagged[IN_USE_FLAG_OFFSET - offset] |= ev.LOG_EVENT_BINLOG_IN_USE_F
+            return bytes(flagged)
+        return data
+
+    return read_at
+
+
+def _event_starts_at(header: bytes, position: int) -> bool:
+    if len(header) < ev.HEADER_LEN:
+        return False
+    parsed = ev.EventHeader.parse(header)
+    return parsed.event_length >= ev.HEADER_LEN and parsed.start_pos & 0xFFFFFFFF == position & 0xFFFFFFFF
 
 
 # What a MariaDB dump thread says when a read fails (sql_repl.cc, set_read_error)

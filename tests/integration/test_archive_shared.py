@@ -42,6 +42,19 @@ def _relay(relay_factory: Any, name: str, primary: Any, s3: S3Server, server_id:
                          archive=_shared_archive(s3), server_id=server_id, **overrides)
 
 
+def _reader_that_stored_the_files_first(relay_factory: Any, primary: Any, s3: S3Server) -> Any:
+    """A relay that stored the primary's files before it was given the shared archive (it reads it,
+    another relay writes it), its retention purging every archived file but two."""
+    reader = relay_factory("reader", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, server_id=1002,
+                           storage=PURGE_ALL_BUT_TWO)
+    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary), 60, "the reader did not catch up")
+    reader.stop()
+    reader.config["archive"] = _shared_archive(s3)
+    reader.start()
+    reader.wait_listening()
+    return reader
+
+
 def test_relays_of_one_primary_share_an_archive_one_writes_the_others_read(
         mariadb_factory, relay_factory, s3_server, tmp_path):
     primary = mariadb_factory(server_id=1)
@@ -107,14 +120,7 @@ def test_a_local_file_whose_archived_copy_is_other_bytes_stays_and_is_served(
     store = open_store(s3_server.store_config(prefix="relay"))
     upload(store, other.binlog_path(replaced), replaced)  # the archive's copy is now the other history's
 
-    # a relay that stored the primary's files before it was given the archive
-    reader = relay_factory("reader", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, server_id=1002,
-                           storage=PURGE_ALL_BUT_TWO)
-    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary), 60, "the reader did not catch up")
-    reader.stop()
-    reader.config["archive"] = _shared_archive(s3_server)
-    reader.start()
-    reader.wait_listening()
+    reader = _reader_that_stored_the_files_first(relay_factory, primary, s3_server)
     wait_for(lambda: metric(reader, "binlog_relay_archive_errors_total", operation="compare") == 1, 60,
              "the reader did not find the copy that differs")
     wait_for(lambda: closed[0] not in read_index(reader.data_dir), 60, "the reader purged nothing")
@@ -221,13 +227,7 @@ def test_a_reader_compares_again_an_archived_copy_it_could_not_read(mariadb_fact
     sound = client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
     client.put_object(Bucket=s3_server.bucket, Key=key, Body=sound[:20] + bytes([sound[20] ^ 1]) + sound[21:])
 
-    reader = relay_factory("reader", primary.port, metrics={"host": LOOPBACK, "port": free_port()}, server_id=1002,
-                           storage=PURGE_ALL_BUT_TWO)
-    wait_for(lambda: relay_holds_the_primarys_newest(reader, primary), 60, "the reader did not catch up")
-    reader.stop()
-    reader.config["archive"] = _shared_archive(s3_server)
-    reader.start()
-    reader.wait_listening()
+    reader = _reader_that_stored_the_files_first(relay_factory, primary, s3_server)
     wait_for(lambda: f"the archived {damaged} cannot be read back" in reader.log_text(), 60,
              "the reader did not read the damaged copy")
     assert damaged in read_index(reader.data_dir)
