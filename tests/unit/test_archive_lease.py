@@ -2,7 +2,15 @@
 the record has stayed the same for a whole lease of observations; each renewal, and each failed
 read, counts it again from the next answer."""
 
+import time
+
+import pytest
+
+from relay.archive.archiver import Archiver, ArchiveSettings
+from relay.archive.growing import UploadStopped
 from relay.archive.owner import LeaseWatch, Owner
+from relay.archive.store import StoreConfig
+from relay.storage.relaylog import RelayLog
 
 WRITER = Owner("a" * 32, ("db1.example:3306",), "relay-0", "/var/lib/binlog-relay", 1_700_000_000.0, 1_700_000_000.0)
 
@@ -46,3 +54,21 @@ def test_a_record_of_before_the_renewals_reads_as_renewed_at_its_claim():
     owner = Owner.from_json(legacy)
     assert owner is not None and owner.renewed == 12.5
     assert Owner.from_json(owner.to_json()) == owner
+
+
+def test_a_writer_whose_last_renewal_is_half_a_lease_old_commits_nothing(tmp_path):
+    """The writer's own side of the lease: a reader takes the archive over after a whole lease, so
+    a writer that has not renewed its record for half of one (paused, cut off from the store) must
+    not commit a meta, whatever its flag still says."""
+    relay_log = RelayLog(tmp_path, sync="none")
+    relay_log.open()
+    try:
+        archiver = Archiver(ArchiveSettings(StoreConfig("s3://bucket/relay"), writer_lease=8.0), relay_log)
+        archiver.status.writing = True
+        archiver._renewed_at = time.monotonic()  # noqa: SLF001 - the renewal a claim records
+        archiver._may_commit()  # noqa: SLF001
+        archiver._renewed_at -= 4.5  # noqa: SLF001 - over half a lease ago
+        with pytest.raises(UploadStopped, match="has not renewed its claim"):
+            archiver._may_commit()  # noqa: SLF001
+    finally:
+        relay_log.close()
